@@ -1,0 +1,41 @@
+#include "slide/cpu.hpp"
+
+#include <cstdlib>
+
+namespace slide {
+
+namespace {
+CpuFeatures detect() noexcept {
+  CpuFeatures f;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
+  f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
+#endif
+#endif
+  // SLIDE_ISA=generic|avx2 caps the kernels (for testing the portable paths).
+  if (const char* cap = std::getenv("SLIDE_ISA")) {
+    std::string c(cap);
+    if (c == "generic") f = CpuFeatures{};
+    if (c == "avx2") { f.avx512f = false; f.avx512bf16 = false; }
+  }
+  return f;
+}
+}  // namespace
+
+const CpuFeatures& cpu_features() noexcept {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+std::string kernel_isa() noexcept {
+  const CpuFeatures& f = cpu_features();
+  if (f.avx512f) return "avx512";
+  if (f.avx2 && f.fma) return "avx2";
+  return "generic";
+}
+
+}  // namespace slide

@@ -1,0 +1,392 @@
+"""One configuration schema for the CLI, YAML files and :class:`slide.Network`.
+
+A configuration is a tree of dataclasses. ``Config.from_dict`` / ``Config.from_yaml``
+validate everything before any work starts: unknown keys (with a did-you-mean),
+wrong types and impossible values raise :class:`ConfigError` naming the key.
+``slide config --defaults`` prints :func:`defaults_yaml`, the full default tree
+with a comment per key, generated from the ``doc`` metadata below.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, List, Optional, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+__all__ = [
+    "ConfigError",
+    "DataConfig",
+    "LshConfig",
+    "LayerConfig",
+    "OptimizerConfig",
+    "TrainingConfig",
+    "EvalConfig",
+    "Config",
+    "defaults_yaml",
+]
+
+
+class ConfigError(ValueError):
+    """An invalid configuration: the message names the offending key (``training.batch_size``)."""
+
+
+def _f(default, doc, **kw):
+    if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
+        return field(default_factory=lambda d=default: copy.deepcopy(d), metadata={"doc": doc, **kw})
+    return field(default=default, metadata={"doc": doc, **kw})
+
+
+@dataclass
+class DataConfig:
+    train: Optional[str] = _f(None, "training file (XC text format or libsvm multilabel)")
+    test: Optional[str] = _f(None, "test file, evaluated during and after training")
+    valid: Optional[str] = _f(None, "validation file for early stopping; null = hold out valid_fraction of train")
+    valid_fraction: float = _f(0.0, "fraction of train held out (seeded) for validation when `valid` is null; 0 = none")
+    format: str = _f("auto", "file format: auto | xc | libsvm", choices=("auto", "xc", "libsvm"))
+    normalize: str = _f("l2", "input row scaling: none | l2 | tfidf_l2", choices=("none", "l2", "tfidf_l2"))
+    cache: bool = _f(True, "keep a binary cache of parsed files (reused only while the source is unchanged)")
+
+
+@dataclass
+class LshConfig:
+    family: str = _f("dwta", "hash family: simhash | wta | dwta", choices=("simhash", "wta", "dwta"))
+    K: int = _f(6, "hash codes concatenated per table", min=1, max=32)
+    L: int = _f(50, "number of hash tables", min=1, max=1024)
+    range_pow: int = _f(0, "bits of a bucket id per table; 0 = derived from K and the family", min=0, max=30)
+    bucket_capacity: int = _f(128, "neurons kept per bucket", min=1)
+    bucket_policy: str = _f("fifo", "when a bucket is full: fifo | reservoir", choices=("fifo", "reservoir"))
+    selection: str = _f("vanilla", "active set from buckets: vanilla (union) | topk (by count) | threshold",
+                        choices=("vanilla", "topk", "threshold"))
+    threshold: int = _f(2, "selection=threshold: minimum number of tables a neuron must appear in", min=1)
+    min_active: int = _f(1000, "random neurons fill the active set up to this size", min=0)
+    max_active: int = _f(4000, "active set is cut to this size (true labels always kept); 0 = no limit", min=0)
+
+
+@dataclass
+class LayerConfig:
+    size: Optional[int] = _f(None, "neurons; null on the last layer = number of labels", min=1)
+    activation: str = _f("relu", "relu | softmax (softmax only on the last layer)", choices=("relu", "softmax", "linear"))
+    sampling: str = _f("auto", "dense (all neurons) | lsh (hash-selected) | auto (chosen by cost at start-up)",
+                       choices=("auto", "dense", "lsh"))
+    lsh: LshConfig = _f(LshConfig(), "hash settings, used when sampling is lsh (or auto picks lsh)")
+
+
+def _default_layers() -> List[LayerConfig]:
+    return [LayerConfig(size=128, activation="relu", sampling="dense"),
+            LayerConfig(size=None, activation="softmax", sampling="auto")]
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = _f("adam", "optimizer: adam (fused, sparse rows)", choices=("adam",))
+    lr: float = _f(1e-3, "learning rate", gt=0.0)
+    betas: List[float] = _f([0.9, 0.999], "Adam moment decay rates [beta1, beta2], each in [0, 1)")
+    eps: float = _f(1e-8, "Adam epsilon", gt=0.0)
+    weight_decay: float = _f(0.0, "decoupled weight decay on touched rows", min=0.0)
+    warmup_steps: int = _f(0, "linear learning-rate warm-up over this many steps", min=0)
+    lr_decay: float = _f(1.0, "multiply the learning rate by this after each epoch", gt=0.0, max=1.0)
+
+
+@dataclass
+class TrainingConfig:
+    epochs: int = _f(10, "passes over the training set", min=1)
+    batch_size: int = _f(128, "samples per batch (run in parallel, HOGWILD)", min=1)
+    threads: int = _f(0, "CPU threads; 0 = all cores", min=0)
+    seed: int = _f(0, "seed for shuffling, initialisation and hashing", min=0)
+    dropout: float = _f(0.0, "dropout on hidden layer outputs during training", min=0.0, lt=1.0)
+    rebuild_first: int = _f(50, "hash tables are first rebuilt after this many batches", min=1)
+    rebuild_decay: float = _f(0.1, "each later rebuild gap grows by exp(rebuild_decay)", min=0.0)
+    eval_every: int = _f(0, "evaluate every N batches; 0 = at the end of each epoch", min=0)
+    eval_samples: int = _f(0, "evaluate on at most this many points during training; 0 = all", min=0)
+    checkpoint_every: int = _f(1, "write a checkpoint every N epochs; 0 = only at the end", min=0)
+    checkpoint_minutes: float = _f(10.0, "also checkpoint when this many minutes passed; 0 = off", min=0.0)
+    patience: int = _f(0, "early stopping: evaluations without improvement on valid; 0 = off", min=0)
+    restore_best: bool = _f(True, "after training, restore the weights of the best validation evaluation")
+    hugepages: bool = _f(True, "ask for transparent hugepages for large arrays (falls back quietly)")
+
+
+@dataclass
+class EvalConfig:
+    k: List[int] = _f([1, 3, 5], "k values for P@k, nDCG@k, PSP@k")
+    propensity_a: float = _f(0.55, "propensity model A (Jain et al. 2016); 0.6 for Amazon")
+    propensity_b: float = _f(1.5, "propensity model B (Jain et al. 2016); 2.6 for Amazon")
+
+
+@dataclass
+class Config:
+    data: DataConfig = _f(DataConfig(), "where the data is and how it is read")
+    layers: List[LayerConfig] = _f(_default_layers(), "layers from input to output; the last is the output layer")
+    optimizer: OptimizerConfig = _f(OptimizerConfig(), "optimizer settings")
+    training: TrainingConfig = _f(TrainingConfig(), "training loop settings")
+    eval: EvalConfig = _f(EvalConfig(), "evaluation settings")
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_dict(cls, d: Optional[Dict[str, Any]], *, source: str = "config") -> "Config":
+        """Build and validate a Config from a (possibly partial) nested dict."""
+        if d is None:
+            d = {}
+        cfg = _build(cls, d, prefix="", source=source)
+        cfg.validate(source=source)
+        return cfg
+
+    @classmethod
+    def from_yaml(cls, path: Union[str, os.PathLike]) -> "Config":
+        """Read a YAML file; relative data paths are resolved against the file's folder."""
+        path = os.fspath(path)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"config file not found: {path}")
+        with open(path, "r", encoding="utf-8") as fh:
+            try:
+                d = yaml.safe_load(fh)
+            except yaml.YAMLError as e:
+                raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        if d is not None and not isinstance(d, dict):
+            raise ConfigError(f"{path}: top level must be a mapping of sections, got {type(d).__name__}")
+        cfg = cls.from_dict(d, source=path)
+        base = os.path.dirname(os.path.abspath(path))
+        for key in ("train", "test", "valid"):
+            p = getattr(cfg.data, key)
+            if p and not os.path.isabs(os.path.expanduser(p)):
+                setattr(cfg.data, key, os.path.normpath(os.path.join(base, p)))
+        return cfg
+
+    @classmethod
+    def load(cls, source: Union[None, str, os.PathLike, Dict[str, Any], "Config"]) -> "Config":
+        """Accept a Config, a dict, a YAML path or None (defaults)."""
+        if source is None:
+            return cls()
+        if isinstance(source, Config):
+            return source.copy()
+        if isinstance(source, dict):
+            return cls.from_dict(source)
+        if isinstance(source, (str, os.PathLike)):
+            return cls.from_yaml(source)
+        raise TypeError(f"config must be a dict, a YAML path or a slide.Config, got {type(source).__name__}")
+
+    def copy(self) -> "Config":
+        return copy.deepcopy(self)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(self.to_yaml())
+
+    def with_overrides(self, assignments: List[str]) -> "Config":
+        """Apply ``key.sub=value`` strings (``--set`` on the CLI); values are parsed as YAML.
+
+        List items are addressed by index: ``layers.1.sampling=lsh``.
+        """
+        d = self.to_dict()
+        for a in assignments:
+            if "=" not in a:
+                raise ConfigError(f"--set expects key=value, got {a!r}")
+            key, raw = a.split("=", 1)
+            key = key.strip()
+            try:
+                value = yaml.safe_load(raw) if raw.strip() != "" else None
+            except yaml.YAMLError:
+                value = raw
+            _assign(d, key, value)
+        return Config.from_dict(d, source="--set")
+
+    # ------------------------------------------------------------------ validation
+    def validate(self, source: str = "config") -> None:
+        """Cross-field checks (single fields are checked while building)."""
+        def err(key: str, msg: str):
+            raise ConfigError(f"{source}: {key}: {msg}")
+
+        if not self.layers:
+            err("layers", "at least one layer (the output layer) is needed")
+        for i, layer in enumerate(self.layers):
+            last = i == len(self.layers) - 1
+            if layer.activation == "softmax" and not last:
+                err(f"layers.{i}.activation", "softmax is only allowed on the last (output) layer")
+            if layer.size is None and not last:
+                err(f"layers.{i}.size", "hidden layers need a size")
+            lsh = layer.lsh
+            if lsh.max_active and lsh.min_active > lsh.max_active:
+                err(f"layers.{i}.lsh.min_active",
+                    f"{lsh.min_active} is larger than max_active={lsh.max_active}")
+            if lsh.family == "simhash" and lsh.range_pow and lsh.range_pow > lsh.K:
+                err(f"layers.{i}.lsh.range_pow",
+                    f"simhash gives K={lsh.K} bits per table, range_pow={lsh.range_pow} cannot exceed it")
+        if self.layers[-1].activation != "softmax":
+            err(f"layers.{len(self.layers) - 1}.activation", "the output layer must use softmax")
+        b = self.optimizer.betas
+        if len(b) != 2 or not all(0.0 <= x < 1.0 for x in b):
+            err("optimizer.betas", f"expected two numbers in [0, 1), got {b}")
+        if not self.eval.k or any((not isinstance(k, int)) or k < 1 for k in self.eval.k):
+            err("eval.k", f"expected a list of positive integers, got {self.eval.k}")
+        if not (0.0 <= self.data.valid_fraction < 1.0):
+            err("data.valid_fraction", f"must be in [0, 1), got {self.data.valid_fraction}")
+
+    def check_files(self, source: str = "config", need_train: bool = True) -> None:
+        """Raise FileNotFoundError naming the key when a configured data file is missing."""
+        if need_train and not self.data.train:
+            raise ConfigError(f"{source}: data.train: no training file given")
+        for key in ("train", "test", "valid"):
+            p = getattr(self.data, key)
+            if p and not os.path.exists(os.path.expanduser(p)):
+                raise FileNotFoundError(f"{source}: data.{key}: file not found: {p}")
+
+
+# ---------------------------------------------------------------------- helpers
+
+def _suggest(name: str, options) -> str:
+    close = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _check_number(key, value, meta, source):
+    def err(msg):
+        raise ConfigError(f"{source}: {key}: {msg}")
+    if "min" in meta and value < meta["min"]:
+        err(f"must be >= {meta['min']}, got {value}")
+    if "max" in meta and value > meta["max"]:
+        err(f"must be <= {meta['max']}, got {value}")
+    if "gt" in meta and not value > meta["gt"]:
+        err(f"must be > {meta['gt']}, got {value}")
+    if "lt" in meta and not value < meta["lt"]:
+        err(f"must be < {meta['lt']}, got {value}")
+
+
+def _convert(key: str, tp, value, meta, source):
+    def err(msg):
+        raise ConfigError(f"{source}: {key}: {msg}")
+
+    origin = get_origin(tp)
+    if origin is Union:  # Optional[X]
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(key, args[0], value, meta, source)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            err(f"expected a mapping, got {type(value).__name__} {value!r}")
+        return _build(tp, value, prefix=key + ".", source=source)
+    if origin in (list, List):
+        (item_tp,) = get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            err(f"expected a list, got {type(value).__name__} {value!r}")
+        return [_convert(f"{key}.{i}", item_tp, v, {}, source) for i, v in enumerate(value)]
+    if value is None:
+        err("must not be null")
+    if tp is bool:
+        if not isinstance(value, bool):
+            err(f"expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                err(f"expected an integer, got {type(value).__name__} {value!r}")
+        _check_number(key, value, meta, source)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, str):
+                try:
+                    value = float(value)
+                except ValueError:
+                    err(f"expected a number, got {value!r}")
+            else:
+                err(f"expected a number, got {type(value).__name__} {value!r}")
+        value = float(value)
+        if value != value or value in (float("inf"), float("-inf")):
+            err(f"must be finite, got {value}")
+        _check_number(key, value, meta, source)
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            err(f"expected a string, got {type(value).__name__} {value!r}")
+        choices = meta.get("choices")
+        if choices and value not in choices:
+            err(f"must be one of {', '.join(choices)}; got {value!r}{_suggest(value, choices)}")
+        return value
+    return value
+
+
+def _build(cls, d: Dict[str, Any], prefix: str, source: str):
+    if not isinstance(d, dict):
+        raise ConfigError(f"{source}: {prefix.rstrip('.') or 'config'}: expected a mapping, got {d!r}")
+    hints = get_type_hints(cls)
+    names = {f.name: f for f in fields(cls)}
+    for k in d:
+        if k not in names:
+            raise ConfigError(f"{source}: unknown key '{prefix}{k}'{_suggest(str(k), names)}")
+    kwargs = {}
+    for name, f in names.items():
+        if name in d:
+            kwargs[name] = _convert(prefix + name, hints[name], d[name], f.metadata, source)
+    return cls(**kwargs)
+
+
+def _assign(d: Any, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    cur = d
+    for i, p in enumerate(parts):
+        last = i == len(parts) - 1
+        where = ".".join(parts[: i + 1])
+        if isinstance(cur, list):
+            if not p.lstrip("-").isdigit():
+                raise ConfigError(f"--set: {where}: list items are addressed by index")
+            idx = int(p)
+            if not -len(cur) <= idx < len(cur):
+                raise ConfigError(f"--set: {where}: index out of range (list has {len(cur)} items)")
+            if last:
+                cur[idx] = value
+            else:
+                cur = cur[idx]
+        elif isinstance(cur, dict):
+            if p not in cur:
+                raise ConfigError(f"--set: unknown key '{where}'{_suggest(p, cur.keys())}")
+            if last:
+                cur[p] = value
+            else:
+                cur = cur[p]
+        else:
+            raise ConfigError(f"--set: {where}: '{'.'.join(parts[:i])}' is not a section")
+
+
+def _yaml_scalar(v: Any) -> str:
+    return yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def _emit(obj, indent: int, lines: List[str]) -> None:
+    pad = "  " * indent
+    for f in fields(obj):
+        v = getattr(obj, f.name)
+        doc = f.metadata.get("doc", "")
+        if dataclasses.is_dataclass(v):
+            lines.append(f"{pad}{f.name}:  # {doc}")
+            _emit(v, indent + 1, lines)
+        elif isinstance(v, list) and v and dataclasses.is_dataclass(v[0]):
+            lines.append(f"{pad}{f.name}:  # {doc}")
+            for item in v:
+                sub: List[str] = []
+                _emit(item, indent + 2, sub)
+                first = sub[0].lstrip()
+                lines.append(f"{pad}  - {first}")
+                lines.extend(sub[1:])
+        else:
+            lines.append(f"{pad}{f.name}: {_yaml_scalar(v)}  # {doc}")
+
+
+def defaults_yaml() -> str:
+    """The full default configuration as YAML with a comment on every key."""
+    lines = ["# slide configuration: every key with its default value"]
+    _emit(Config(), 0, lines)
+    return "\n".join(lines) + "\n"
