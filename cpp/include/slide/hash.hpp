@@ -1,0 +1,113 @@
+// Locality-sensitive hashing of neurons: hash families, tables and active-set selection.
+//
+// A wide layer keeps L tables over its neurons' weight vectors. For a layer input x,
+// each table maps x to one bucket (K codes combined into a range_pow-bit id); the
+// neurons found in those buckets are the candidates for the active set.
+//
+//  - SimHash: signed random projections (Charikar, STOC 2002); sparse projections
+//    with entries in {-1, 0, +1} as in very sparse random projections (Li et al., KDD 2006).
+//  - WTA: winner-take-all hashing (Yagnik et al., ICCV 2011): the argmax position
+//    among a few permuted coordinates.
+//  - DWTA: densified WTA (Chen & Shrivastava, 2018): WTA over the non-zero entries,
+//    empty bins filled from other bins so that sparse inputs still get K codes.
+//
+// Thread safety: HashFunction and LshTables queries are const and may run from many
+// threads at once; build() must not run concurrently with queries.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "slide/random.hpp"
+
+namespace slide {
+
+enum class HashFamily { SimHash, WTA, DWTA };
+enum class BucketPolicy { FIFO, Reservoir };
+enum class Selection { Vanilla, TopK, Threshold };
+
+HashFamily parse_hash_family(const std::string& name);        // throws InvalidArgument
+BucketPolicy parse_bucket_policy(const std::string& name);    // throws InvalidArgument
+Selection parse_selection(const std::string& name);           // throws InvalidArgument
+
+struct LshParams {
+  HashFamily family = HashFamily::DWTA;
+  int K = 6;                 // codes combined per table
+  int L = 50;                // tables
+  int range_pow = 0;         // bits per bucket id; 0 = derived from family and K (see effective_range_pow)
+  int bucket_capacity = 128; // neurons kept per bucket
+  BucketPolicy policy = BucketPolicy::FIFO;
+};
+
+// The range_pow actually used for these parameters (resolves 0 to the family's natural size).
+int effective_range_pow(const LshParams& p);
+
+// Maps a dense vector of dimension `dim` to L bucket ids, each < 2^range_pow, using all bits.
+class HashFunction {
+ public:
+  virtual ~HashFunction() = default;
+  // Creates the family's function; seeds fully determine it.
+  static std::unique_ptr<HashFunction> create(const LshParams& p, int dim, uint64_t seed);
+  // buckets must hold L entries. For DWTA, zero entries of x count as empty.
+  virtual void hash_dense(const float* x, uint32_t* buckets) const = 0;
+  int num_tables() const noexcept { return L_; }
+  int range_pow() const noexcept { return range_pow_; }
+  int dim() const noexcept { return dim_; }
+
+ protected:
+  int L_ = 0, range_pow_ = 0, dim_ = 0;
+};
+
+// L tables of fixed-capacity buckets over num_items neurons. Memory is proportional to
+// num_items x L (occupied slots), not 2^range_pow x capacity x L.
+class LshTables {
+ public:
+  LshTables(const LshParams& p, int64_t num_items);
+  ~LshTables();
+  LshTables(LshTables&&) noexcept;
+  LshTables& operator=(LshTables&&) noexcept;
+
+  // Rebuilds all tables from scratch: row i of `rows` (row-major, `stride` floats apart,
+  // `dim` used) is hashed and inserted. Parallel over `num_threads`; deterministic for a seed.
+  void build(const HashFunction& h, const float* rows, int64_t num_rows, int64_t stride,
+             int num_threads, uint64_t seed);
+  // Neurons in bucket `id` of table `t` (pointer and count), valid until the next build().
+  std::pair<const int32_t*, int> bucket(int t, uint32_t id) const;
+  int num_tables() const noexcept;
+  int64_t num_items() const noexcept;
+  size_t memory_bytes() const noexcept;
+  // Fraction of 2^range_pow buckets that are non-empty, averaged over tables (diagnostics).
+  double occupancy() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct SelectionParams {
+  Selection mode = Selection::Vanilla;
+  int threshold = 2;     // Threshold: minimum number of tables a neuron must appear in
+  int min_active = 0;    // random neurons fill up to this many
+  int max_active = 0;    // cut to this many (forced neurons always kept); 0 = no limit
+};
+
+// Builds active sets. One per thread (holds O(num_items) scratch, reused across calls).
+class ActiveSetSampler {
+ public:
+  explicit ActiveSetSampler(int64_t num_items);
+  ~ActiveSetSampler();
+  ActiveSetSampler(ActiveSetSampler&&) noexcept;
+  // active = forced neurons (e.g. true labels, in order, de-duplicated), then neurons from the
+  // L buckets chosen per params.mode, then uniformly random neurons up to min_active,
+  // truncated to max_active. No duplicates. `rng` drives reservoir/random choices.
+  void select(const LshTables& tables, const uint32_t* buckets, const int32_t* forced, int n_forced,
+              const SelectionParams& params, Rng& rng, std::vector<int32_t>& active);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace slide
