@@ -6,7 +6,11 @@ Chen et al., MLSys 2020), on all CPU cores.
 """
 from . import _core
 from .config import Config, ConfigError
+from .data import Dataset, DataError, load_dataset
+from .network import Network, History
+from . import callbacks
+from . import metrics, datasets
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "ConfigError", "__version__"]
+__all__ = ["Config", "ConfigError", "Dataset", "DataError", "load_dataset", "__version__"]

@@ -76,19 +76,19 @@ class LayerConfig:
 
 
 def _default_layers() -> List[LayerConfig]:
-    return [LayerConfig(size=128, activation="relu", sampling="dense"),
+    return [LayerConfig(size=512, activation="relu", sampling="dense"),
             LayerConfig(size=None, activation="softmax", sampling="auto")]
 
 
 @dataclass
 class OptimizerConfig:
     name: str = _f("adam", "optimizer: adam (fused, sparse rows)", choices=("adam",))
-    lr: float = _f(1e-3, "learning rate", gt=0.0)
+    lr: float = _f(4e-3, "learning rate", gt=0.0)
     betas: List[float] = _f([0.9, 0.999], "Adam moment decay rates [beta1, beta2], each in [0, 1)")
     eps: float = _f(1e-8, "Adam epsilon", gt=0.0)
     weight_decay: float = _f(0.0, "decoupled weight decay on touched rows", min=0.0)
     warmup_steps: int = _f(0, "linear learning-rate warm-up over this many steps", min=0)
-    lr_decay: float = _f(1.0, "multiply the learning rate by this after each epoch", gt=0.0, max=1.0)
+    lr_decay: float = _f(0.85, "multiply the learning rate by this after each epoch", gt=0.0, max=1.0)
 
 
 @dataclass
@@ -97,7 +97,7 @@ class TrainingConfig:
     batch_size: int = _f(128, "samples per batch (run in parallel, HOGWILD)", min=1)
     threads: int = _f(0, "CPU threads; 0 = all cores", min=0)
     seed: int = _f(0, "seed for shuffling, initialisation and hashing", min=0)
-    dropout: float = _f(0.0, "dropout on hidden layer outputs during training", min=0.0, lt=1.0)
+    dropout: float = _f(0.6, "dropout on hidden layer outputs during training", min=0.0, lt=1.0)
     rebuild_first: int = _f(50, "hash tables are first rebuilt after this many batches", min=1)
     rebuild_decay: float = _f(0.1, "each later rebuild gap grows by exp(rebuild_decay)", min=0.0)
     eval_every: int = _f(0, "evaluate every N batches; 0 = at the end of each epoch", min=0)
@@ -220,6 +220,13 @@ class Config:
             if lsh.family == "simhash" and lsh.range_pow and lsh.range_pow > lsh.K:
                 err(f"layers.{i}.lsh.range_pow",
                     f"simhash gives K={lsh.K} bits per table, range_pow={lsh.range_pow} cannot exceed it")
+            if lsh.family in ("wta", "dwta") and lsh.range_pow > 3 * lsh.K:
+                # WTA codes are argmax positions in bins of 8 coordinates: 3 bits each.
+                err(f"layers.{i}.lsh.range_pow",
+                    f"{lsh.family} gives 3*K={3 * lsh.K} bits per table, range_pow={lsh.range_pow} cannot exceed it")
+            if i == 0 and layer.sampling == "lsh":
+                err(f"layers.{i}.sampling",
+                    "lsh needs a dense hidden layer before it (the first layer reads the sparse input)")
         if self.layers[-1].activation != "softmax":
             err(f"layers.{len(self.layers) - 1}.activation", "the output layer must use softmax")
         b = self.optimizer.betas

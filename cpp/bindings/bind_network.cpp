@@ -1,3 +1,272 @@
-#include "bindings.hpp"
+// slide._core.Network: converts the spec dict and numpy arrays, checks inputs while
+// holding the GIL, then releases it for the engine (cpp/src/engine/network.cpp).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
-void bind_network(pybind11::module_& m) {}
+#include <set>
+#include <string>
+
+#include "bindings.hpp"
+#include "slide/common.hpp"
+#include "slide/network.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& key, const std::string& msg) { throw slide::InvalidArgument(key + ": " + msg); }
+
+std::string type_name(const py::handle& h) { return py::str(py::type::handle_of(h).attr("__name__")); }
+
+void reject_unknown(const py::dict& d, const std::set<std::string>& known, const std::string& prefix) {
+  for (auto item : d) {
+    std::string k = py::str(item.first);
+    if (!known.count(k)) {
+      std::string list;
+      for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+      bad(prefix + k, "unknown key (known keys: " + list + ")");
+    }
+  }
+}
+
+int64_t get_int(const py::dict& d, const char* k, const std::string& where, int64_t def, bool required) {
+  if (!d.contains(k)) {
+    if (required) bad(where, "missing required key");
+    return def;
+  }
+  py::object v = d[k];
+  if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()))
+    bad(where, "expected an integer, got " + type_name(v) + " " + std::string(py::repr(v)));
+  return v.cast<int64_t>();
+}
+
+double get_float(const py::dict& d, const char* k, const std::string& where, double def) {
+  if (!d.contains(k)) return def;
+  py::object v = d[k];
+  if (py::isinstance<py::bool_>(v) || !(PyFloat_Check(v.ptr()) || PyIndex_Check(v.ptr()) ||
+                                        py::hasattr(v, "__float__")) || py::isinstance<py::str>(v))
+    bad(where, "expected a number, got " + type_name(v) + " " + std::string(py::repr(v)));
+  return py::float_(v).cast<double>();
+}
+
+bool get_bool(const py::dict& d, const char* k, const std::string& where, bool def) {
+  if (!d.contains(k)) return def;
+  py::object v = d[k];
+  if (!py::isinstance<py::bool_>(v)) bad(where, "expected true or false, got " + std::string(py::repr(v)));
+  return v.cast<bool>();
+}
+
+std::string get_choice(const py::dict& d, const char* k, const std::string& where, const std::string& def,
+                       std::initializer_list<const char*> choices) {
+  if (!d.contains(k)) return def;
+  py::object v = d[k];
+  std::string list;
+  for (const char* c : choices) list += (list.empty() ? "" : ", ") + std::string(c);
+  if (!py::isinstance<py::str>(v)) bad(where, "expected one of " + list + ", got " + std::string(py::repr(v)));
+  std::string s = v.cast<std::string>();
+  for (const char* c : choices)
+    if (s == c) return s;
+  bad(where, "must be one of " + list + "; got '" + s + "'");
+}
+
+slide::NetworkSpec spec_from_dict(const py::dict& d) {
+  reject_unknown(d,
+                 {"input_dim", "layers", "lr", "beta1", "beta2", "eps", "weight_decay", "dropout", "threads", "seed",
+                  "rebuild_first", "rebuild_decay", "hugepages"},
+                 "");
+  slide::NetworkSpec s;
+  s.input_dim = get_int(d, "input_dim", "input_dim", 0, true);
+  if (!d.contains("layers")) bad("layers", "missing required key");
+  py::object layers = d["layers"];
+  if (!py::isinstance<py::list>(layers) && !py::isinstance<py::tuple>(layers))
+    bad("layers", "expected a list of layer dicts, got " + type_name(layers));
+  int i = 0;
+  for (py::handle h : layers) {
+    const std::string p = "layers[" + std::to_string(i) + "].";
+    if (!py::isinstance<py::dict>(h)) bad("layers[" + std::to_string(i) + "]", "expected a dict, got " + type_name(h));
+    py::dict ld = py::reinterpret_borrow<py::dict>(h);
+    reject_unknown(ld,
+                   {"size", "activation", "sampling", "family", "K", "L", "range_pow", "bucket_capacity",
+                    "bucket_policy", "selection", "threshold", "min_active", "max_active", "bin_size"},
+                   p);
+    slide::LayerSpec l;
+    l.size = get_int(ld, "size", p + "size", 0, true);
+    const std::string act = get_choice(ld, "activation", p + "activation", "relu", {"relu", "linear", "softmax"});
+    l.activation = act == "relu" ? slide::Activation::ReLU
+                   : act == "linear" ? slide::Activation::Linear : slide::Activation::Softmax;
+    l.sampling = get_choice(ld, "sampling", p + "sampling", "dense", {"dense", "lsh"}) == "lsh" ? slide::Sampling::Lsh
+                                                                                         : slide::Sampling::Dense;
+    const std::string fam = get_choice(ld, "family", p + "family", "dwta", {"simhash", "wta", "dwta"});
+    l.lsh.family = fam == "simhash" ? slide::HashFamily::SimHash
+                   : fam == "wta"   ? slide::HashFamily::WTA : slide::HashFamily::DWTA;
+    l.lsh.K = static_cast<int>(get_int(ld, "K", p + "K", 6, false));
+    l.lsh.L = static_cast<int>(get_int(ld, "L", p + "L", 50, false));
+    l.lsh.range_pow = static_cast<int>(get_int(ld, "range_pow", p + "range_pow", 0, false));
+    l.lsh.bucket_capacity = static_cast<int>(get_int(ld, "bucket_capacity", p + "bucket_capacity", 128, false));
+    l.lsh.bin_size = static_cast<int>(get_int(ld, "bin_size", p + "bin_size", 8, false));
+    l.lsh.policy = get_choice(ld, "bucket_policy", p + "bucket_policy", "fifo", {"fifo", "reservoir"}) == "reservoir"
+                       ? slide::BucketPolicy::Reservoir : slide::BucketPolicy::FIFO;
+    const std::string sel = get_choice(ld, "selection", p + "selection", "vanilla", {"vanilla", "topk", "threshold"});
+    l.selection.mode = sel == "topk" ? slide::Selection::TopK
+                       : sel == "threshold" ? slide::Selection::Threshold : slide::Selection::Vanilla;
+    l.selection.threshold = static_cast<int>(get_int(ld, "threshold", p + "threshold", 2, false));
+    l.selection.min_active = static_cast<int>(get_int(ld, "min_active", p + "min_active", 1000, false));
+    l.selection.max_active = static_cast<int>(get_int(ld, "max_active", p + "max_active", 4000, false));
+    s.layers.push_back(l);
+    ++i;
+  }
+  s.lr = static_cast<float>(get_float(d, "lr", "lr", 1e-3));
+  s.adam.beta1 = static_cast<float>(get_float(d, "beta1", "beta1", 0.9));
+  s.adam.beta2 = static_cast<float>(get_float(d, "beta2", "beta2", 0.999));
+  s.adam.eps = static_cast<float>(get_float(d, "eps", "eps", 1e-8));
+  s.adam.weight_decay = static_cast<float>(get_float(d, "weight_decay", "weight_decay", 0.0));
+  s.dropout = static_cast<float>(get_float(d, "dropout", "dropout", 0.0));
+  s.threads = static_cast<int>(get_int(d, "threads", "threads", 0, false));
+  const int64_t seed = get_int(d, "seed", "seed", 0, false);
+  if (seed < 0) bad("seed", "must be >= 0, got " + std::to_string(seed));
+  s.seed = static_cast<uint64_t>(seed);
+  s.rebuild_first = get_int(d, "rebuild_first", "rebuild_first", 50, false);
+  s.rebuild_decay = get_float(d, "rebuild_decay", "rebuild_decay", 0.1);
+  s.hugepages = get_bool(d, "hugepages", "hugepages", true);
+  return s;
+}
+
+const char* dtype_name_of(char kind, int size) {
+  if (kind == 'i' && size == 8) return "int64";
+  if (kind == 'i' && size == 4) return "int32";
+  return "float32";
+}
+
+// A 1-D C-contiguous numpy array of exactly T (no silent conversion: a per-batch copy
+// of the dataset would defeat passing the full CSR arrays).
+template <class T>
+const T* array_1d(const py::object& o, const char* name, int64_t* len) {
+  const char* want = dtype_name_of(py::dtype::of<T>().kind(), static_cast<int>(sizeof(T)));
+  if (!py::isinstance<py::array>(o)) bad(name, std::string("expected a numpy array of ") + want + ", got " + type_name(o));
+  py::array a = py::reinterpret_borrow<py::array>(o);
+  if (!py::isinstance<py::array_t<T>>(o))
+    bad(name, std::string("expected dtype ") + want + ", got " + std::string(py::str(a.dtype())));
+  if (a.ndim() != 1) bad(name, "expected a 1-D array, got " + std::to_string(a.ndim()) + " dimensions");
+  if (!(a.flags() & py::array::c_style)) bad(name, "expected a contiguous array");
+  *len = static_cast<int64_t>(a.shape(0));
+  return static_cast<const T*>(a.data());
+}
+
+slide::CsrView csr(const py::object& indptr, const py::object& indices, const py::object* values, const char* p_name,
+                   const char* i_name, const char* v_name) {
+  slide::CsrView c;
+  int64_t n_ptr = 0, n_idx = 0, n_val = 0;
+  c.indptr = array_1d<int64_t>(indptr, p_name, &n_ptr);
+  c.indices = array_1d<int32_t>(indices, i_name, &n_idx);
+  if (values) {
+    c.values = array_1d<float>(*values, v_name, &n_val);
+    if (n_val != n_idx)
+      bad(v_name, "has " + std::to_string(n_val) + " entries but " + i_name + " has " + std::to_string(n_idx));
+  }
+  if (n_ptr < 1) bad(p_name, "must have n + 1 >= 1 entries");
+  c.n = n_ptr - 1;
+  c.nnz = n_idx;
+  return c;
+}
+
+}  // namespace
+
+void bind_network(py::module_& m) {
+  using slide::Network;
+  py::class_<Network>(m, "Network", R"doc(
+The slide training engine (SLIDE, Chen et al., MLSys 2020).
+
+Network(spec: dict). train_batch and rebuild_tables release the GIL and must not run
+concurrently on one network (they serialise on a lock); predict_topk is const and may
+run from several Python threads at once.)doc")
+      .def(py::init([](const py::dict& spec) { return std::make_unique<Network>(spec_from_dict(spec)); }),
+           py::arg("spec"))
+      .def(
+          "train_batch",
+          [](Network& net, const py::object& x_indptr, const py::object& x_indices, const py::object& x_values,
+             const py::object& y_indptr, const py::object& y_indices, const py::object& rows, double lr) {
+            slide::CsrView x = csr(x_indptr, x_indices, &x_values, "x_indptr", "x_indices", "x_values");
+            slide::CsrView y = csr(y_indptr, y_indices, nullptr, "y_indptr", "y_indices", "");
+            int64_t b = 0;
+            const int64_t* r = array_1d<int64_t>(rows, "rows", &b);
+            if (!(lr >= 0.0) || !std::isfinite(lr)) bad("lr", "must be >= 0 and finite, got " + std::to_string(lr));
+            net.check_batch(x, &y, r, b);
+            py::gil_scoped_release release;
+            return net.train_batch(x, y, r, b, static_cast<float>(lr));
+          },
+          py::arg("x_indptr"), py::arg("x_indices"), py::arg("x_values"), py::arg("y_indptr"), py::arg("y_indices"),
+          py::arg("rows"), py::arg("lr"),
+          "Train one batch made of samples `rows` of the CSR arrays; returns the mean loss.")
+      .def(
+          "predict_topk",
+          [](const Network& net, const py::object& x_indptr, const py::object& x_indices, const py::object& x_values,
+             int64_t k, const std::string& mode) {
+            if (mode != "exact" && mode != "lsh") bad("mode", "must be 'exact' or 'lsh', got '" + mode + "'");
+            if (k < 1 || k > net.output_dim())
+              bad("k", "must be in [1, " + std::to_string(net.output_dim()) + "], got " + std::to_string(k));
+            slide::CsrView x = csr(x_indptr, x_indices, &x_values, "x_indptr", "x_indices", "x_values");
+            net.check_batch(x, nullptr, nullptr, x.n);
+            py::array_t<int32_t> labels({x.n, k});
+            py::array_t<float> scores({x.n, k});
+            int32_t* lp = labels.mutable_data();
+            float* sp = scores.mutable_data();
+            {
+              py::gil_scoped_release release;
+              net.predict_topk(x, static_cast<int>(k), mode == "lsh", lp, sp);
+            }
+            return py::make_tuple(labels, scores);
+          },
+          py::arg("x_indptr"), py::arg("x_indices"), py::arg("x_values"), py::arg("k"), py::arg("mode") = "exact",
+          "Top-k labels (int32 [n,k]) and softmax scores (float32 [n,k]) per sample.")
+      .def_property(
+          "step", [](const Network& n) { return n.step(); },
+          [](Network& n, const py::object& v) {
+            if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()))
+              bad("step", "expected an integer, got " + type_name(v));
+            n.set_step(v.cast<int64_t>());
+          },
+          "Batches trained so far (Adam bias correction and the rebuild schedule follow it).")
+      .def(
+          "rebuild_tables",
+          [](Network& n) {
+            py::gil_scoped_release release;
+            n.rebuild_tables();
+          },
+          "Rebuild every LSH layer's hash tables from the current weights.")
+      .def(
+          "parameters",
+          [](py::object self) {
+            Network& n = self.cast<Network&>();
+            py::dict d;
+            for (const auto& p : n.parameters()) {
+              std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
+              d[py::str(p.name)] = py::array_t<float>(shape, p.data, self);
+            }
+            return d;
+          },
+          "Writable numpy views (no copy) of every persistent array; each keeps the network alive.")
+      .def(
+          "memory_report",
+          [](const Network& n) {
+            slide::MemoryReport r = n.memory_report();
+            py::dict d;
+            d["weights"] = r.weights;
+            d["optimizer"] = r.optimizer;
+            d["gradients"] = r.gradients;
+            d["tables"] = r.tables;
+            d["scratch"] = r.scratch;
+            d["scratch_per_thread"] = r.scratch_per_thread;
+            d["total"] = r.weights + r.optimizer + r.gradients + r.tables + r.scratch;
+            d["hugepages"] = r.hugepages;
+            return d;
+          },
+          "Bytes per component and the arrays that got transparent hugepages.")
+      .def_property_readonly("num_threads", &Network::num_threads)
+      .def_property_readonly("seed", &Network::seed)
+      .def_property_readonly("kernel_isa", [](const Network& n) { return std::string(n.kernel_isa()); })
+      .def_property_readonly("input_dim", &Network::input_dim)
+      .def_property_readonly("output_dim", &Network::output_dim)
+      .def_property_readonly("next_rebuild", &Network::next_rebuild,
+                             "Step at which the hash tables are rebuilt next (-1 without LSH layers).");
+}

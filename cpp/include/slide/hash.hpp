@@ -39,10 +39,19 @@ struct LshParams {
   int range_pow = 0;         // bits per bucket id; 0 = derived from family and K (see effective_range_pow)
   int bucket_capacity = 128; // neurons kept per bucket
   BucketPolicy policy = BucketPolicy::FIFO;
+  int bin_size = 8;          // WTA/DWTA: coordinates per code (power of two, 2..256); log2(bin_size) bits per code
 };
 
-// The range_pow actually used for these parameters (resolves 0 to the family's natural size).
+// The range_pow actually used for these parameters (resolves 0 to the family's natural size):
+// SimHash: min(K, 30) bits; WTA/DWTA: min(K * log2(bin_size), 18) bits. An explicit range_pow
+// may not exceed the bits the codes carry (K for SimHash, K * log2(bin_size) for WTA/DWTA);
+// when it is smaller, the codes are folded through a bijective mixer and its top bits kept
+// (every id equally likely for uniform codes) instead of truncated. Throws like validate_lsh_params.
 int effective_range_pow(const LshParams& p);
+
+// Throws InvalidArgument naming the field when the parameters are out of range
+// (K in 1..32, L in 1..1024, range_pow in 0..30, bucket_capacity >= 1, bin_size a power of two).
+void validate_lsh_params(const LshParams& p);
 
 // Maps a dense vector of dimension `dim` to L bucket ids, each < 2^range_pow, using all bits.
 class HashFunction {
@@ -50,7 +59,9 @@ class HashFunction {
   virtual ~HashFunction() = default;
   // Creates the family's function; seeds fully determine it.
   static std::unique_ptr<HashFunction> create(const LshParams& p, int dim, uint64_t seed);
-  // buckets must hold L entries. For DWTA, zero entries of x count as empty.
+  // buckets must hold L entries. For DWTA, zero entries of x count as empty; an x with no
+  // non-zero entry maps to bucket 0 in every table. WTA/DWTA require dim >= bin_size.
+  // Results are identical whichever kernel set (AVX2 or generic) the CPU selects.
   virtual void hash_dense(const float* x, uint32_t* buckets) const = 0;
   int num_tables() const noexcept { return L_; }
   int range_pow() const noexcept { return range_pow_; }
@@ -71,9 +82,14 @@ class LshTables {
 
   // Rebuilds all tables from scratch: row i of `rows` (row-major, `stride` floats apart,
   // `dim` used) is hashed and inserted. Parallel over `num_threads`; deterministic for a seed.
+  // Each table inserts the items in its own seeded random order; a full bucket then keeps the
+  // last bucket_capacity inserted (FIFO) or a uniform sample of them (Reservoir), so neither
+  // policy favours low or high item ids. Requires num_rows <= num_items, stride >= h.dim() and
+  // h made from the same LshParams (InvalidArgument otherwise).
   void build(const HashFunction& h, const float* rows, int64_t num_rows, int64_t stride,
              int num_threads, uint64_t seed);
   // Neurons in bucket `id` of table `t` (pointer and count), valid until the next build().
+  // Unoccupied ids (and any id before the first build) give count 0; t out of range throws.
   std::pair<const int32_t*, int> bucket(int t, uint32_t id) const;
   int num_tables() const noexcept;
   int64_t num_items() const noexcept;

@@ -1,0 +1,254 @@
+#!/usr/bin/env python
+"""Regenerate the slide-vs-baseline comparison table of benchmarks/README.md.
+
+For each data set, ``slide.compare.run_compare`` trains slide and the baseline (dense PyTorch
+network of the same architecture by default) for the same training-time budget, each in its own
+process, and measures both with the same metric code on the same test points. One JSON per data
+set is written to ``benchmarks/results/compare_<dataset>_<baseline>.json`` and the table between
+the ``results`` markers of ``benchmarks/README.md`` is rebuilt from all JSON files there.
+
+Examples::
+
+    python benchmarks/run_all.py --datasets bibtex,delicious --budget 60
+    python benchmarks/run_all.py --datasets synth-20k --budget 300 --max-train 50000
+    python benchmarks/run_all.py --datasets amazon-670k --budget 600 --max-train 50000 --eval-samples 5000
+    python benchmarks/run_all.py --table-only          # rebuild the README table from results/
+
+Real data sets (bibtex, delicious) are read from ``--data-root`` (default: ``../shared/datasets``
+beside the repository, else the repository's ``datasets/``). Synthetic sets come from
+``slide.datasets.make_synthetic``; ``--max-train``/``--max-test`` cut them (the JSON and the
+table say how many points were used).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import sys
+import tempfile
+from typing import Any, Dict, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+README = os.path.join(HERE, "README.md")
+REAL = ("bibtex", "delicious")
+SYNTHETIC = ("synth-20k", "amazon-670k", "delicious-200k")
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def _real_dir(name: str, data_root: Optional[str]) -> str:
+    roots = [data_root] if data_root else [os.path.join(os.path.dirname(ROOT), "shared", "datasets"),
+                                          os.path.join(ROOT, "datasets")]
+    for r in roots:
+        d = os.path.join(r, name)
+        if os.path.exists(os.path.join(d, "train.txt")) and os.path.exists(os.path.join(d, "test.txt")):
+            return d
+    raise FileNotFoundError(f"{name}: no train.txt/test.txt under {', '.join(roots)}")
+
+
+def _config(name: str, args):
+    """The data set's shipped training config (architecture, LSH, batch, lr) when there is one."""
+    from slide.config import Config
+
+    cfg = Config()
+    source = "defaults"
+    try:
+        from slide.datasets import config_path
+        p = config_path(name)
+        if p and os.path.exists(p):
+            cfg = Config.from_yaml(p)
+            source = os.path.relpath(p, ROOT)
+    except (FileNotFoundError, ValueError, ImportError):
+        pass
+    if args.threads is not None:
+        cfg.training.threads = args.threads
+    if args.set:
+        cfg = cfg.with_overrides(args.set)
+        source += " with " + " ".join(args.set)
+    d = cfg.to_dict()
+    d["data"]["train"] = d["data"]["test"] = d["data"]["valid"] = None
+    return d, source
+
+
+def run_one(name: str, args) -> Dict[str, Any]:
+    from slide.compare import run_compare
+
+    cfg, source = _config(name, args)
+    notes: List[str] = []
+    train = test = None
+    if name in REAL:
+        d = _real_dir(name, args.data_root)
+        cfg["data"]["train"] = os.path.join(d, "train.txt")
+        cfg["data"]["test"] = os.path.join(d, "test.txt")
+    else:
+        from slide.datasets import PRESETS, make_synthetic
+        spec = PRESETS[name]
+        shape = {}
+        if args.max_train and args.max_train < spec.num_train:
+            shape["num_train"] = args.max_train
+            notes.append(f"{args.max_train} of {spec.num_train} train points")
+        if args.max_test and args.max_test < spec.num_test:
+            shape["num_test"] = args.max_test
+            notes.append(f"{args.max_test} of {spec.num_test} test points")
+        train, test = make_synthetic(name, seed=args.seed, **shape)
+    out = os.path.join(ROOT, "runs", "benchmarks", f"{name}_{args.baseline}")
+    result = run_compare(cfg, baseline=args.baseline, budget_seconds=args.budget, device=args.device,
+                         out_dir=out, progress=not args.quiet, train=train, test=test,
+                         eval_samples=args.eval_samples, dataset_name=name,
+                         marks=[round(f * args.budget, 3) for f in args.marks] if args.marks else None)
+    ds = result["dataset"]
+    if ds["eval_points"] != ds["test_points"]:
+        notes.append(f"evaluated on {ds['eval_points']} of {ds['test_points']} test points")
+    result["benchmark"] = {
+        "command": " ".join(["python", "benchmarks/run_all.py"] + sys.argv[1:]),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "config_source": source,
+        "notes": notes,
+        "plot": os.path.relpath(result["plot"], ROOT),
+    }
+    _relative_paths(result)
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"compare_{name}_{args.baseline}.json")
+    with tempfile.NamedTemporaryFile("w", dir=RESULTS, delete=False, suffix=".tmp") as fh:
+        json.dump(result, fh, indent=1)
+    os.replace(fh.name, path)
+    return result
+
+
+def _relative_paths(result: Dict[str, Any]) -> None:
+    """Paths in a committed result are relative to the repository (no machine's folders)."""
+    def rel(p):
+        return os.path.relpath(p, ROOT) if isinstance(p, str) and os.path.isabs(p) else p
+    result["plot"] = rel(result.get("plot"))
+    for k in ("train", "test"):
+        result["dataset"][k] = rel(result["dataset"].get(k))
+    for k in ("train", "test", "valid"):
+        result["config"]["data"][k] = rel(result["config"]["data"].get(k))
+
+
+# ---------------------------------------------------------------------- table
+
+def _f(v, spec=".3f"):
+    return "-" if v is None else format(v, spec)
+
+
+def _p1_at(records, mark):
+    r = [x for x in records if x.get("mark") == mark]
+    return r[0]["P@1"] if r else None
+
+
+def _mib(v):
+    return "-" if v is None else f"{v / 2**20:.0f}"
+
+
+def table_rows(results: List[Dict[str, Any]]) -> str:
+    head = ("| data set | points (train/test eval) | labels | baseline | budget s | samples/s slide | "
+            "samples/s baseline | ratio | P@1 slide @½ / @end | P@1 baseline @½ / @end | "
+            "baseline best P@1 | slide time to it | baseline time to it | peak RSS MiB slide / baseline | notes |")
+    sep = "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"
+    lines = [head, sep]
+    for r in results:
+        b = r["baseline"]
+        s, t = r["systems"].get("slide", {}), r["systems"].get(b, {})
+        ss, ts = s.get("summary", {}), t.get("summary", {})
+        marks = r["marks"]
+        half = min(marks, key=lambda m: abs(m - r["budget_seconds"] / 2)) if marks else None
+        end = marks[-1] if marks else None
+        c = r["comparison"]
+        ds = r["dataset"]
+        notes = list(r.get("benchmark", {}).get("notes", []))
+        src = r.get("benchmark", {}).get("config_source", "")
+        if " with " in src:
+            notes.append("config: " + src)
+        cfg = r.get("config", {})
+        try:
+            hidden = "x".join(str(l["size"]) for l in cfg["layers"][:-1]) or "none"
+            notes.append(f"hidden {hidden}, batch {cfg['training']['batch_size']}, "
+                         f"lr {cfg['optimizer']['lr']:g}, dropout {cfg['training']['dropout']:g}")
+        except (KeyError, TypeError):
+            pass
+        threads = {ss.get("threads"), ts.get("threads")} - {None}
+        if threads:
+            notes.append("threads " + "/".join(str(t) for t in sorted(threads)))
+        for n, sysr in (("slide", s), (b, t)):
+            if "error" in sysr:
+                notes.append(f"{n} failed: {sysr['error'].splitlines()[0][:80]}")
+        if c.get("slide_seconds_to_target") is None and c.get("target_P@1") is not None:
+            notes.append("slide did not reach the baseline's best within the budget")
+        lines.append("| " + " | ".join([
+            ds["name"], f"{ds['train_points']}/{ds['eval_points']}", str(ds["num_labels"]), b,
+            _f(r["budget_seconds"], "g"),
+            _f(ss.get("samples_per_second"), ".0f"), _f(ts.get("samples_per_second"), ".0f"),
+            _f(c.get("samples_per_second_ratio"), ".2f") if b != "pecos" else "- (one pass)",
+            f"{_f(_p1_at(s.get('records', []), half))} / {_f(_p1_at(s.get('records', []), end))}",
+            f"{_f(_p1_at(t.get('records', []), half))} / {_f(_p1_at(t.get('records', []), end))}"
+            if b != "pecos" else f"- / {_f(ts.get('best_P@1'))}",
+            _f(c.get("target_P@1")),
+            _f(c.get("slide_seconds_to_target"), ".1f"), _f(c.get("baseline_seconds_to_target"), ".1f"),
+            f"{_mib(ss.get('peak_rss_bytes'))} / {_mib(ts.get('peak_rss_bytes'))}",
+            "; ".join(notes) or "",
+        ]) + " |")
+    return "\n".join(lines)
+
+
+def update_readme() -> str:
+    results = []
+    if os.path.isdir(RESULTS):
+        for fn in sorted(os.listdir(RESULTS)):
+            if fn.startswith("compare_") and fn.endswith(".json"):
+                with open(os.path.join(RESULTS, fn), "r", encoding="utf-8") as fh:
+                    results.append(json.load(fh))
+    table = table_rows(results) if results else "(no results yet: run benchmarks/run_all.py)"
+    with open(README, "r", encoding="utf-8") as fh:
+        text = fh.read()
+    if START not in text or END not in text:
+        raise SystemExit(f"{README}: the markers {START} / {END} are missing")
+    new = re.sub(re.escape(START) + r".*?" + re.escape(END), lambda m: f"{START}\n{table}\n{END}",
+                 text, flags=re.S)
+    with open(README, "w", encoding="utf-8") as fh:
+        fh.write(new)
+    return table
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--datasets", default="bibtex,delicious",
+                   help=f"comma-separated, from {', '.join(REAL + SYNTHETIC)} (default: bibtex,delicious)")
+    p.add_argument("--budget", type=float, default=60.0, help="training seconds per system (default 60)")
+    p.add_argument("--baseline", choices=("torch", "pecos"), default="torch")
+    p.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
+    p.add_argument("--threads", type=int, default=None, help="override training.threads (0 = all cores)")
+    p.add_argument("--max-train", type=int, default=0, help="cut synthetic train sets to this many points")
+    p.add_argument("--max-test", type=int, default=0, help="cut synthetic test sets to this many points")
+    p.add_argument("--eval-samples", type=int, default=None,
+                   help="evaluate on this many test points (0 = all; default: training.eval_samples)")
+    p.add_argument("--marks", type=lambda t: [float(v) for v in t.split(",")], default=None,
+                   metavar="F1,F2,...", help="evaluation marks as fractions of the budget "
+                   "(default: slide.compare.default_marks); fewer marks = less evaluation time")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a configuration key for both systems, e.g. layers.1.lsh.range_pow=16 "
+                   "(repeatable)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
+    p.add_argument("--data-root", default=None, help="folder holding bibtex/ and delicious/")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--table-only", action="store_true", help="only rebuild the README table")
+    args = p.parse_args(argv)
+    if not args.table_only:
+        names = [n.strip() for n in args.datasets.split(",") if n.strip()]
+        unknown = [n for n in names if n not in REAL + SYNTHETIC]
+        if unknown:
+            p.error(f"unknown data set(s) {', '.join(unknown)}; choose from {', '.join(REAL + SYNTHETIC)}")
+        for n in names:
+            run_one(n, args)
+    print(update_readme())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

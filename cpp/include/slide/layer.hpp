@@ -1,0 +1,68 @@
+// One fully connected layer of a slide network: parameters, optimizer state and, for
+// hash-sampled layers, the LSH tables over its neurons.
+//
+// Storage layout (row-major, one allocation per array, see memory.hpp):
+//  - layer 0 reads the sparse input, so its weight is [input_dim, size]: a sample
+//    touches only the rows of its non-zero features;
+//  - every other layer stores [size, prev]: one row per neuron, the vector the hash
+//    tables index and the unit of the sparse optimizer step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "slide/hash.hpp"
+#include "slide/memory.hpp"
+
+namespace slide {
+
+enum class Activation { ReLU, Linear, Softmax };
+enum class Sampling { Dense, Lsh };
+
+struct LayerSpec {
+  int64_t size = 0;
+  Activation activation = Activation::ReLU;
+  Sampling sampling = Sampling::Dense;
+  LshParams lsh;             // used when sampling == Lsh
+  SelectionParams selection; // used when sampling == Lsh
+};
+
+struct Layer {
+  LayerSpec spec;
+  int index = 0;
+  int64_t in_dim = 0;    // features (layer 0) or previous layer size
+  int64_t out_dim = 0;   // neurons
+  bool sparse_input = false;  // layer 0
+  int64_t rows = 0;      // rows of the weight matrix (in_dim for layer 0, out_dim otherwise)
+  int64_t row_len = 0;   // floats per row
+
+  // Persistent state (exposed to Python through Network::parameters()).
+  AlignedBuffer<float> weight, weight_m, weight_v;
+  AlignedBuffer<float> bias, bias_m, bias_v;
+  // How the batch gradient reaches the optimizer:
+  //  - per-sample records (`records`: hash-sampled layers, dense layers up to 4096 wide): each
+  //    sample stores its touched rows with their coefficients and one shared vector
+  //    (gradient of row r = sum over samples of coef x vector). The optimizer pass groups
+  //    the entries by row and forms each row's gradient in sample order: no gradient
+  //    matrix, no write races, and results that do not depend on the number of threads;
+  //  - otherwise gradient buffers the samples add into without locks (HOGWILD).
+  bool records = false;
+  AlignedBuffer<int32_t> row_end;        // records: per-row entry offsets (zero between batches)
+  std::vector<int32_t> entry_sample;     // records: entries grouped by row; capacity reused
+  std::vector<float> entry_coef;
+  AlignedBuffer<float> weight_grad, bias_grad;  // HOGWILD buffers (all zero between batches)
+  AlignedBuffer<uint8_t> row_touched;    // HOGWILD, sparse rows: markers
+  // HOGWILD with every row updated each batch (dense layers after the first).
+  bool all_rows = false;
+  std::vector<int32_t> touched_rows;     // HOGWILD, sparse rows: concatenated per batch
+
+  // LSH (sampling == Lsh only): the hash function of the layer input and the tables over
+  // the weight rows, rebuilt on the network's schedule.
+  std::unique_ptr<const HashFunction> hash;
+  std::unique_ptr<LshTables> tables;
+
+  bool lsh() const noexcept { return spec.sampling == Sampling::Lsh; }
+};
+
+}  // namespace slide

@@ -1,0 +1,145 @@
+// The slide training engine: a feed-forward network whose wide layers compute, per
+// sample, only an active set of neurons chosen by locality-sensitive hashing.
+//
+// Algorithm: SLIDE, Chen, Medini, Farwell, Gobriel, Tai, Shrivastava, "SLIDE: In Defense
+// of Smart Algorithms over Hardware Acceleration for Large-Scale Deep Learning Systems",
+// MLSys 2020. Samples of a batch run in parallel, each computing forward, softmax and
+// backward on its active neurons only; then a fused sparse Adam step (optimizer.hpp)
+// visits only the weight rows the batch touched.
+//
+// Gradients: hash-sampled layers and dense layers of at most 4096 neurons never form a
+// gradient matrix. Each sample records its touched rows, their coefficients and one
+// vector (memory O(batch x active)); the optimizer groups the records by row and sums
+// them in batch order. Wider dense layers add into shared gradient buffers without
+// locks instead (HOGWILD, Recht et al., NeurIPS 2011).
+//
+// Determinism: with a fixed seed a run is bit-identical run to run and across a
+// checkpoint (all randomness comes from counter-based streams keyed by seed, step and
+// sample position). Networks without lock-free layers (every layer hash-sampled or at
+// most 4096 wide) are bit-identical for any number of threads. Lock-free layers are
+// bit-identical with one thread; with several, racing float additions may be lost or
+// reordered, so results differ run to run while accuracy does not.
+//
+// Thread safety: train_batch, set_step and rebuild_tables take an exclusive lock;
+// predict_topk, parameters and memory_report may run from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "slide/layer.hpp"
+#include "slide/optimizer.hpp"
+
+namespace slide {
+
+struct NetworkSpec {
+  int64_t input_dim = 0;
+  std::vector<LayerSpec> layers;  // the last one is the softmax output layer
+  AdamParams adam;
+  float lr = 1e-3f;               // default learning rate (train_batch takes its own)
+  float dropout = 0.0f;           // on hidden layer outputs, training only
+  int threads = 0;                // 0 = all cores
+  uint64_t seed = 0;
+  int64_t rebuild_first = 50;     // first table rebuild after this many batches
+  double rebuild_decay = 0.1;     // later gaps grow by exp(rebuild_decay) each time
+  bool hugepages = true;
+  // Throws InvalidArgument naming the offending key (e.g. "layers[1].sampling").
+  void validate() const;
+};
+
+// Borrowed CSR arrays (n rows). Values may be null for labels.
+struct CsrView {
+  const int64_t* indptr = nullptr;  // n + 1 entries
+  const int32_t* indices = nullptr; // nnz entries
+  const float* values = nullptr;    // nnz entries (features only)
+  int64_t n = 0;
+  int64_t nnz = 0;
+};
+
+struct MemoryReport {
+  size_t weights = 0;    // weights and biases
+  size_t optimizer = 0;  // Adam moments
+  size_t gradients = 0;  // per-row gradient accumulators and row markers
+  size_t tables = 0;     // LSH tables
+  size_t scratch_per_thread = 0;
+  size_t scratch = 0;    // all threads
+  std::vector<std::string> hugepages;  // arrays that got transparent hugepages
+};
+
+struct ParameterArray {
+  std::string name;  // "layers.0.weight", "layers.0.weight.adam_m", ...
+  float* data;
+  std::vector<int64_t> shape;
+};
+
+class Network {
+ public:
+  explicit Network(const NetworkSpec& spec);  // validates; throws InvalidArgument
+  ~Network();
+  Network(const Network&) = delete;
+  Network& operator=(const Network&) = delete;
+
+  // Checks the samples `rows` (all rows when rows == nullptr) of x (and y if given):
+  // CSR structure, feature ids < input_dim, label ids < output size, finite values,
+  // rows in range. Throws InvalidArgument naming the offending value.
+  void check_batch(const CsrView& x, const CsrView* y, const int64_t* rows, int64_t b) const;
+
+  // Trains one batch made of samples `rows` of (x, y); returns the mean loss (samples
+  // without labels count with loss 0). Increments step() and rebuilds hash tables when
+  // the schedule says so. Inputs must have passed check_batch. Polls
+  // interrupt_requested() every 50 ms between samples: on interrupt the partial batch is
+  // discarded (weights untouched, step unchanged) and Interrupted is thrown.
+  float train_batch(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
+
+  // Top-k labels and softmax scores per sample of x, written row-major into
+  // labels[n*k], scores[n*k] (descending score). exact: all output neurons, softmax over
+  // all labels. use_lsh on an LSH output layer: only hash-selected neurons, softmax over
+  // that active set; slots beyond the active set get label -1, score 0.
+  void predict_topk(const CsrView& x, int k, bool use_lsh, int32_t* labels, float* scores) const;
+
+  int64_t step() const noexcept { return step_; }
+  void set_step(int64_t step);
+  // Rebuilds every LSH layer's tables from the current weights.
+  void rebuild_tables();
+  // Views of every persistent array (weights, biases and their Adam moments).
+  std::vector<ParameterArray> parameters();
+  MemoryReport memory_report() const;
+
+  const NetworkSpec& spec() const noexcept { return spec_; }
+  int num_threads() const noexcept { return threads_; }
+  uint64_t seed() const noexcept { return spec_.seed; }
+  int64_t input_dim() const noexcept { return spec_.input_dim; }
+  int64_t output_dim() const noexcept { return layers_.back().out_dim; }
+  const char* kernel_isa() const noexcept;
+  // Step after which the next table rebuild happens (-1 when no layer uses LSH).
+  int64_t next_rebuild() const noexcept { return next_rebuild_; }
+
+  struct Workspace;     // per-thread scratch, defined in network.cpp
+  struct SampleRecord;  // per-sample gradient record of a batch, defined in network.cpp
+
+ private:
+  void init_weights();
+  void predict_exact_blocked(const CsrView& x, int k, int32_t* labels, float* scores) const;
+  void rebuild_tables_locked();
+  int64_t schedule_after(int64_t step) const;
+  void discard_gradients();
+  void apply_adam(float lr, int64_t t, int64_t b);
+  void apply_adam_records(Layer& L, int64_t b, const AdamStep& sw, const AdamStep& sb);
+
+  NetworkSpec spec_;
+  int threads_ = 1;
+  std::vector<Layer> layers_;
+  std::vector<std::unique_ptr<Workspace>> workspaces_;
+  std::vector<std::unique_ptr<SampleRecord>> records_;  // one per batch position, reused
+  std::vector<const float*> vec_ptrs_;                  // optimizer scratch
+  int64_t sample_work_ = 0;  // estimated multiply-adds per sample
+  int64_t step_ = 0;
+  int64_t next_rebuild_ = -1;
+  bool has_lsh_ = false;
+  mutable std::shared_mutex mutex_;
+};
+
+}  // namespace slide

@@ -1,0 +1,54 @@
+// Vector kernels of the training hot loop, chosen once at run time for the CPU.
+//
+// The distributable build targets plain x86-64; each kernel also exists compiled with
+// __attribute__((target("avx2,fma"))) and target("avx512f"), and kernels() returns the
+// widest set this CPU supports (SLIDE_ISA=generic|avx2 caps it, see cpu.hpp).
+// All kernels accept unaligned pointers and any length n >= 0.
+#pragma once
+
+#include <cstdint>
+
+#include "slide/cpu.hpp"
+
+namespace slide {
+
+// One fused Adam step (Kingma & Ba, ICLR 2015) with decoupled weight decay
+// (Loshchilov & Hutter, ICLR 2019), bias correction folded into lr_t:
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+//   w -= lr_t m / (sqrt(v) + eps) + decay w;  g = 0
+struct AdamStep {
+  float beta1, beta2;
+  float lr_t;   // lr * sqrt(1 - beta2^t) / (1 - beta1^t)
+  float eps;    // eps * sqrt(1 - beta2^t): keeps eps in the units of the uncorrected v
+  float decay;  // lr * weight_decay (0 for biases)
+};
+
+struct Kernels {
+  // sum_i a[i] b[i]
+  float (*dot)(const float* a, const float* b, int64_t n);
+  // y[i] += alpha x[i]
+  void (*axpy)(float alpha, const float* x, float* y, int64_t n);
+  // Backward through one neuron: g[i] += d h[i] (weight gradient) and dh[i] += d w[i]
+  // (gradient of the layer input), in one pass over the row.
+  void (*backprop_row)(float d, const float* h, const float* w, float* g, float* dh, int64_t n);
+  // out[s] = dot(w, H + s ldh) for s < ns: one row against several vectors (w read once).
+  void (*dot_multi)(const float* w, const float* H, int64_t ldh, int64_t ns, int64_t n, float* out);
+  // sum_i exp(z[i] - m), for z[i] <= m (softmax normalisers); relative error ~1e-7.
+  double (*exp_sum)(const float* z, int64_t n, float m);
+  // Fused Adam over one row; reads and zeroes the gradient g.
+  void (*adam)(float* w, float* m, float* v, float* g, int64_t n, const AdamStep& s);
+  const char* isa;  // "generic", "avx2" or "avx512"
+};
+
+// Hints the cache to load a row of n floats that the loop will read soon.
+inline void prefetch_row(const float* p, int64_t n) noexcept {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(float)); b += 64) __builtin_prefetch(c + b, 0, 3);
+}
+
+// Kernels for the given feature set (exposed for tests of each path).
+const Kernels& kernels_for(const CpuFeatures& f) noexcept;
+// Kernels for the running CPU (selected once).
+const Kernels& kernels() noexcept;
+
+}  // namespace slide

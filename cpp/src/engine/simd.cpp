@@ -1,0 +1,304 @@
+#include "slide/simd.hpp"
+
+#include <cmath>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SLIDE_X86 1
+#endif
+
+namespace slide {
+
+namespace {
+
+// ---------------------------------------------------------------- generic
+float dot_generic(const float* a, const float* b, int64_t n) {
+  // Four partial sums let the compiler overlap the additions (no -ffast-math needed).
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (; i < n; ++i) s0 += a[i] * b[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+void axpy_generic(float alpha, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void backprop_generic(float d, const float* h, const float* w, float* g, float* dh, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    g[i] += d * h[i];
+    dh[i] += d * w[i];
+  }
+}
+
+void dot_multi_generic(const float* w, const float* H, int64_t ldh, int64_t ns, int64_t n, float* out) {
+  for (int64_t s = 0; s < ns; ++s) out[s] = dot_generic(w, H + s * ldh, n);
+}
+
+double exp_sum_generic(const float* z, int64_t n, float m) {
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; ++i) acc += std::exp(z[i] - m);
+  return acc;
+}
+
+void adam_generic(float* w, float* m, float* v, float* g, int64_t n, const AdamStep& s) {
+  const float c1 = 1.0f - s.beta1, c2 = 1.0f - s.beta2;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = s.beta1 * m[i] + c1 * gi;
+    const float vi = s.beta2 * v[i] + c2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] -= s.lr_t * mi / (std::sqrt(vi) + s.eps) + s.decay * w[i];
+    g[i] = 0.0f;
+  }
+}
+
+#ifdef SLIDE_X86
+// ---------------------------------------------------------------- AVX2 + FMA
+__attribute__((target("avx2,fma"))) float hsum256(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  return _mm_cvtss_f32(lo);
+}
+
+__attribute__((target("avx2,fma"))) float dot_avx2(const float* a, const float* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+  }
+  if (i + 8 <= n) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    i += 8;
+  }
+  float s = hsum256(_mm256_add_ps(s0, s1));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+__attribute__((target("avx2,fma"))) void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+__attribute__((target("avx2,fma"))) void backprop_avx2(float d, const float* h, const float* w, float* g,
+                                                       float* dh, int64_t n) {
+  const __m256 vd = _mm256_set1_ps(d);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(g + i, _mm256_fmadd_ps(vd, _mm256_loadu_ps(h + i), _mm256_loadu_ps(g + i)));
+    _mm256_storeu_ps(dh + i, _mm256_fmadd_ps(vd, _mm256_loadu_ps(w + i), _mm256_loadu_ps(dh + i)));
+  }
+  for (; i < n; ++i) {
+    g[i] += d * h[i];
+    dh[i] += d * w[i];
+  }
+}
+
+// Four vectors at a time share each load of w.
+__attribute__((target("avx2,fma"))) void dot_multi_avx2(const float* w, const float* H, int64_t ldh, int64_t ns,
+                                                        int64_t n, float* out) {
+  int64_t s = 0;
+  if (n % 8 == 0) {
+    for (; s + 4 <= ns; s += 4) {
+      const float* h0 = H + s * ldh;
+      const float* h1 = h0 + ldh;
+      const float* h2 = h1 + ldh;
+      const float* h3 = h2 + ldh;
+      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+      for (int64_t i = 0; i < n; i += 8) {
+        const __m256 wv = _mm256_loadu_ps(w + i);
+        a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(h0 + i), a0);
+        a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(h1 + i), a1);
+        a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(h2 + i), a2);
+        a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(h3 + i), a3);
+      }
+      // Reduce the four accumulators together: two hadds leave the four sums in one vector.
+      const __m256 t01 = _mm256_hadd_ps(a0, a1), t23 = _mm256_hadd_ps(a2, a3);
+      const __m256 t = _mm256_hadd_ps(t01, t23);
+      const __m128 r = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+      _mm_storeu_ps(out + s, r);
+    }
+  }
+  for (; s < ns; ++s) out[s] = dot_avx2(w, H + s * ldh, n);
+}
+
+// exp(x) for x <= 0: x = k ln2 + r with |r| <= ln2/2, e^r by a degree-6 Taylor polynomial,
+// 2^k through the exponent bits. Inputs below -87 (results below FLT_MIN) are clamped.
+__attribute__((target("avx2,fma"))) inline __m256 exp_nonpositive_avx2(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+__attribute__((target("avx2,fma"))) double exp_sum_avx2(const float* z, int64_t n, float m) {
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  double total = 0.0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    acc = _mm256_add_ps(acc, exp_nonpositive_avx2(_mm256_sub_ps(_mm256_loadu_ps(z + i), vm)));
+    // Hand the float partial sums to double now and then, so long rows keep full precision.
+    if ((i & 1023) == 1016) {
+      total += hsum256(acc);
+      acc = _mm256_setzero_ps();
+    }
+  }
+  total += hsum256(acc);
+  for (; i < n; ++i) total += std::exp(z[i] - m);
+  return total;
+}
+
+__attribute__((target("avx2,fma"))) void adam_avx2(float* w, float* m, float* v, float* g, int64_t n,
+                                                   const AdamStep& s) {
+  const __m256 b1 = _mm256_set1_ps(s.beta1), b2 = _mm256_set1_ps(s.beta2);
+  const __m256 c1 = _mm256_set1_ps(1.0f - s.beta1), c2 = _mm256_set1_ps(1.0f - s.beta2);
+  const __m256 lr = _mm256_set1_ps(s.lr_t), eps = _mm256_set1_ps(s.eps), dec = _mm256_set1_ps(s.decay);
+  const __m256 zero = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 gi = _mm256_loadu_ps(g + i);
+    __m256 mi = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i), _mm256_mul_ps(c1, gi));
+    __m256 vi = _mm256_fmadd_ps(b2, _mm256_loadu_ps(v + i), _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+    __m256 wi = _mm256_loadu_ps(w + i);
+    __m256 upd = _mm256_div_ps(_mm256_mul_ps(lr, mi), _mm256_add_ps(_mm256_sqrt_ps(vi), eps));
+    wi = _mm256_sub_ps(wi, _mm256_fmadd_ps(dec, wi, upd));
+    _mm256_storeu_ps(w + i, wi);
+    _mm256_storeu_ps(g + i, zero);
+  }
+  if (i < n) adam_generic(w + i, m + i, v + i, g + i, n - i, s);
+}
+
+// ---------------------------------------------------------------- AVX-512F
+// GCC 12's AVX-512 headers trip its own uninitialised-variable warnings (the "undefined"
+// pass-through operands of unmasked intrinsics); they are false positives.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) float hsum512(__m512 v) {
+  const __m256 lo = _mm512_castps512_ps256(v);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  __m128 a = _mm_add_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1));
+  __m128 b = _mm_add_ps(_mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1));
+  a = _mm_add_ps(a, b);
+  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+  a = _mm_add_ss(a, _mm_shuffle_ps(a, a, 1));
+  return _mm_cvtss_f32(a);
+}
+
+__attribute__((target("avx512f"))) float dot_avx512(const float* a, const float* b, int64_t n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+  }
+  if (i + 16 <= n) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    i += 16;
+  }
+  if (i < n) {
+    const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a + i), _mm512_maskz_loadu_ps(k, b + i), s1);
+  }
+  return hsum512(_mm512_add_ps(s0, s1));
+}
+
+__attribute__((target("avx512f"))) void axpy_avx512(float alpha, const float* x, float* y, int64_t n) {
+  const __m512 va = _mm512_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(y + i, k, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(k, x + i),
+                                                    _mm512_maskz_loadu_ps(k, y + i)));
+  }
+}
+
+__attribute__((target("avx512f"))) void backprop_avx512(float d, const float* h, const float* w, float* g,
+                                                         float* dh, int64_t n) {
+  const __m512 vd = _mm512_set1_ps(d);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(g + i, _mm512_fmadd_ps(vd, _mm512_loadu_ps(h + i), _mm512_loadu_ps(g + i)));
+    _mm512_storeu_ps(dh + i, _mm512_fmadd_ps(vd, _mm512_loadu_ps(w + i), _mm512_loadu_ps(dh + i)));
+  }
+  if (i < n) backprop_generic(d, h + i, w + i, g + i, dh + i, n - i);
+}
+
+__attribute__((target("avx512f"))) void adam_avx512(float* w, float* m, float* v, float* g, int64_t n,
+                                                    const AdamStep& s) {
+  const __m512 b1 = _mm512_set1_ps(s.beta1), b2 = _mm512_set1_ps(s.beta2);
+  const __m512 c1 = _mm512_set1_ps(1.0f - s.beta1), c2 = _mm512_set1_ps(1.0f - s.beta2);
+  const __m512 lr = _mm512_set1_ps(s.lr_t), eps = _mm512_set1_ps(s.eps), dec = _mm512_set1_ps(s.decay);
+  const __m512 zero = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 gi = _mm512_loadu_ps(g + i);
+    __m512 mi = _mm512_fmadd_ps(b1, _mm512_loadu_ps(m + i), _mm512_mul_ps(c1, gi));
+    __m512 vi = _mm512_fmadd_ps(b2, _mm512_loadu_ps(v + i), _mm512_mul_ps(_mm512_mul_ps(c2, gi), gi));
+    _mm512_storeu_ps(m + i, mi);
+    _mm512_storeu_ps(v + i, vi);
+    __m512 wi = _mm512_loadu_ps(w + i);
+    __m512 upd = _mm512_div_ps(_mm512_mul_ps(lr, mi), _mm512_add_ps(_mm512_sqrt_ps(vi), eps));
+    wi = _mm512_sub_ps(wi, _mm512_fmadd_ps(dec, wi, upd));
+    _mm512_storeu_ps(w + i, wi);
+    _mm512_storeu_ps(g + i, zero);
+  }
+  if (i < n) adam_generic(w + i, m + i, v + i, g + i, n - i, s);
+}
+#pragma GCC diagnostic pop
+#endif
+
+const Kernels kGeneric{&dot_generic,       &axpy_generic,    &backprop_generic,
+                       &dot_multi_generic, &exp_sum_generic, &adam_generic, "generic"};
+#ifdef SLIDE_X86
+const Kernels kAvx2{&dot_avx2, &axpy_avx2, &backprop_avx2, &dot_multi_avx2, &exp_sum_avx2, &adam_avx2, "avx2"};
+// AVX-512 CPUs also run the AVX2 multi-dot and exp kernels (not the bottleneck there).
+const Kernels kAvx512{&dot_avx512,     &axpy_avx512,  &backprop_avx512, &dot_multi_avx2,
+                      &exp_sum_avx2,   &adam_avx512,  "avx512"};
+#endif
+
+}  // namespace
+
+const Kernels& kernels_for(const CpuFeatures& f) noexcept {
+#ifdef SLIDE_X86
+  if (f.avx512f) return kAvx512;
+  if (f.avx2 && f.fma) return kAvx2;
+#endif
+  return kGeneric;
+}
+
+const Kernels& kernels() noexcept {
+  static const Kernels& selected = kernels_for(cpu_features());
+  return selected;
+}
+
+}  // namespace slide

@@ -1,0 +1,254 @@
+// LSH tables with fixed-capacity buckets (see slide/hash.hpp).
+//
+// Each table is stored compactly: the items sorted by bucket id (CSR-like), with an offsets
+// array over the occupied buckets only. Lookup is direct when 2^range_pow is small compared
+// with the item count, and through an open-addressing map sized to the occupied buckets
+// otherwise, so memory stays proportional to num_items x L whatever range_pow is.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "slide/common.hpp"
+#include "slide/hash.hpp"
+#include "slide/random.hpp"
+
+namespace slide {
+
+namespace {
+
+constexpr uint32_t kEmptySlot = 0xFFFFFFFFu;  // bucket ids are < 2^30
+
+struct Table {
+  bool direct = true;                  // offsets indexed by bucket id (size 2^range_pow + 1)
+  std::vector<uint32_t> offsets;       // direct: per id; map: per occupied bucket (+1)
+  std::vector<int32_t> items;          // bucket members, bucket after bucket
+  std::vector<uint32_t> slot_key;      // map: bucket id per slot, kEmptySlot when free
+  std::vector<uint32_t> slot_index;    // map: index into offsets per slot
+  uint32_t mask = 0;
+  int64_t occupied = 0;
+
+  size_t bytes() const noexcept {
+    return offsets.capacity() * sizeof(uint32_t) + items.capacity() * sizeof(int32_t) +
+           slot_key.capacity() * sizeof(uint32_t) + slot_index.capacity() * sizeof(uint32_t);
+  }
+};
+
+inline uint32_t slot_of(uint32_t id, uint32_t mask) {
+  return static_cast<uint32_t>(mix64(id) >> 32) & mask;
+}
+
+// Per-thread scratch for building one table.
+struct BuildScratch {
+  std::vector<uint32_t> key, key_tmp;
+  std::vector<int32_t> item, item_tmp;
+  std::vector<uint32_t> count;
+  std::vector<uint32_t> run_keys, run_offsets;
+};
+
+// Stable LSD radix sort of (key, item) pairs by key (range_pow bits, 11-bit digits).
+void radix_sort(BuildScratch& s, int64_t n, int range_pow) {
+  constexpr int kDigit = 11;
+  for (int shift = 0; shift < range_pow; shift += kDigit) {
+    const int bits = std::min(kDigit, range_pow - shift);
+    const uint32_t dmask = (1u << bits) - 1;
+    s.count.assign(static_cast<size_t>(dmask) + 2, 0);
+    for (int64_t i = 0; i < n; ++i) ++s.count[((s.key[i] >> shift) & dmask) + 1];
+    for (size_t d = 1; d < s.count.size(); ++d) s.count[d] += s.count[d - 1];
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t pos = s.count[(s.key[i] >> shift) & dmask]++;
+      s.key_tmp[pos] = s.key[i];
+      s.item_tmp[pos] = s.item[i];
+    }
+    s.key.swap(s.key_tmp);
+    s.item.swap(s.item_tmp);
+  }
+}
+
+}  // namespace
+
+struct LshTables::Impl {
+  LshParams params;
+  int range_pow = 0;
+  int64_t num_items = 0;
+  std::vector<Table> tables;
+
+  // Builds table t from the bucket ids of all rows (col[i] for row i).
+  void build_table(int t, const uint32_t* col, int64_t n, uint64_t seed, BuildScratch& s) {
+    const int cap = params.bucket_capacity;
+    s.key.resize(n);
+    s.key_tmp.resize(n);
+    s.item.resize(n);
+    s.item_tmp.resize(n);
+    // Items are inserted in a seeded random order per table, so that FIFO ("keep the newest")
+    // does not systematically favour high neuron ids, and different tables drop different items.
+    for (int64_t i = 0; i < n; ++i) s.item[i] = static_cast<int32_t>(i);
+    Rng rng(stream_seed(seed, 0x4c534854u, static_cast<uint64_t>(t)));
+    for (int64_t i = n - 1; i > 0; --i) std::swap(s.item[i], s.item[rng.below(static_cast<uint64_t>(i) + 1)]);
+    for (int64_t i = 0; i < n; ++i) s.key[i] = col[s.item[i]];
+    radix_sort(s, n, range_pow);  // stable: within a bucket, insertion order is kept
+
+    Table& tab = tables[t];
+    tab = Table{};
+    s.run_keys.clear();
+    s.run_offsets.clear();
+    std::vector<int32_t>& out = tab.items;
+    out.reserve(static_cast<size_t>(n));
+    Rng res_rng(stream_seed(seed, 0x52455356u, static_cast<uint64_t>(t)));
+    for (int64_t a = 0; a < n;) {
+      int64_t b = a + 1;
+      while (b < n && s.key[b] == s.key[a]) ++b;
+      const int64_t m = b - a;
+      s.run_keys.push_back(s.key[a]);
+      s.run_offsets.push_back(static_cast<uint32_t>(out.size()));
+      if (m <= cap) {
+        out.insert(out.end(), s.item.begin() + a, s.item.begin() + b);
+      } else if (params.policy == BucketPolicy::FIFO) {
+        // The bucket keeps the `cap` most recently inserted items.
+        out.insert(out.end(), s.item.begin() + (b - cap), s.item.begin() + b);
+      } else {
+        // Reservoir sampling (Vitter's Algorithm R): a uniform sample of `cap` of the m inserted.
+        const size_t base = out.size();
+        out.insert(out.end(), s.item.begin() + a, s.item.begin() + a + cap);
+        for (int64_t i = cap; i < m; ++i) {
+          const uint64_t j = res_rng.below(static_cast<uint64_t>(i) + 1);
+          if (j < static_cast<uint64_t>(cap)) out[base + j] = s.item[a + i];
+        }
+      }
+      a = b;
+    }
+    out.shrink_to_fit();
+    tab.occupied = static_cast<int64_t>(s.run_keys.size());
+    const uint64_t n_ids = uint64_t{1} << range_pow;
+    // Direct indexing costs 4 bytes per possible id: take it only while that stays O(num_items).
+    tab.direct = n_ids <= 2 * static_cast<uint64_t>(n) + 1024;
+    if (tab.direct) {
+      tab.offsets.assign(n_ids + 1, 0);
+      size_t r = 0;
+      for (uint64_t id = 0; id <= n_ids; ++id) {
+        while (r < s.run_keys.size() && s.run_keys[r] < id) ++r;
+        tab.offsets[id] = r < s.run_keys.size() ? s.run_offsets[r] : static_cast<uint32_t>(out.size());
+      }
+    } else {
+      tab.offsets.assign(s.run_offsets.begin(), s.run_offsets.end());
+      tab.offsets.push_back(static_cast<uint32_t>(out.size()));
+      size_t slots = 16;
+      while (slots < 2 * s.run_keys.size()) slots <<= 1;
+      tab.mask = static_cast<uint32_t>(slots - 1);
+      tab.slot_key.assign(slots, kEmptySlot);
+      tab.slot_index.assign(slots, 0);
+      for (size_t r = 0; r < s.run_keys.size(); ++r) {
+        uint32_t p = slot_of(s.run_keys[r], tab.mask);
+        while (tab.slot_key[p] != kEmptySlot) p = (p + 1) & tab.mask;
+        tab.slot_key[p] = s.run_keys[r];
+        tab.slot_index[p] = static_cast<uint32_t>(r);
+      }
+    }
+  }
+};
+
+LshTables::LshTables(const LshParams& p, int64_t num_items) : impl_(std::make_unique<Impl>()) {
+  validate_lsh_params(p);
+  if (num_items < 0 || num_items > 0x7FFFFFFF)
+    throw InvalidArgument("num_items=" + std::to_string(num_items) + " must be in 0..2^31-1");
+  impl_->params = p;
+  impl_->range_pow = effective_range_pow(p);
+  impl_->num_items = num_items;
+  impl_->tables.resize(p.L);
+}
+
+LshTables::~LshTables() = default;
+LshTables::LshTables(LshTables&&) noexcept = default;
+LshTables& LshTables::operator=(LshTables&&) noexcept = default;
+
+void LshTables::build(const HashFunction& h, const float* rows, int64_t num_rows, int64_t stride,
+                      int num_threads, uint64_t seed) {
+  Impl& im = *impl_;
+  const int L = im.params.L;
+  if (h.num_tables() != L || h.range_pow() != im.range_pow)
+    throw InvalidArgument("hash function gives " + std::to_string(h.num_tables()) + " tables of " +
+                          std::to_string(h.range_pow()) + " bits, the tables expect " + std::to_string(L) +
+                          " of " + std::to_string(im.range_pow));
+  if (num_rows < 0 || num_rows > im.num_items)
+    throw InvalidArgument("num_rows=" + std::to_string(num_rows) + " must be in 0..num_items=" +
+                          std::to_string(im.num_items));
+  if (stride < h.dim())
+    throw InvalidArgument("row stride " + std::to_string(stride) + " is smaller than the hash dimension " +
+                          std::to_string(h.dim()));
+  if (num_rows > 0 && rows == nullptr) throw InvalidArgument("rows is null");
+  const int nt = resolve_threads(num_threads);
+
+  // Bucket ids stored table-major (ids[t * num_rows + i]) so that building a table reads one
+  // contiguous column; rows are hashed in chunks and each chunk is transposed while in cache.
+  std::vector<uint32_t> ids(static_cast<size_t>(num_rows) * L);
+  constexpr int64_t kChunk = 256;
+  const int64_t n_chunks = (num_rows + kChunk - 1) / kChunk;
+  ExceptionCatcher catcher;
+#pragma omp parallel num_threads(nt)
+  {
+    std::vector<uint32_t> buf(static_cast<size_t>(kChunk) * L);
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      catcher.run([&] {
+        const int64_t r0 = c * kChunk, r1 = std::min(num_rows, r0 + kChunk);
+        for (int64_t i = r0; i < r1; ++i) h.hash_dense(rows + i * stride, buf.data() + (i - r0) * L);
+        for (int t = 0; t < L; ++t) {
+          uint32_t* col = ids.data() + static_cast<size_t>(t) * num_rows;
+          for (int64_t i = r0; i < r1; ++i) col[i] = buf[(i - r0) * L + t];
+        }
+      });
+    }
+  }
+  catcher.rethrow();
+
+  // Tables are independent and seeded by (seed, table): the result does not depend on nt.
+#pragma omp parallel num_threads(std::min(nt, L))
+  {
+    BuildScratch scratch;
+#pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < L; ++t)
+      catcher.run([&] { im.build_table(t, ids.data() + static_cast<size_t>(t) * num_rows, num_rows, seed, scratch); });
+  }
+  catcher.rethrow();
+}
+
+std::pair<const int32_t*, int> LshTables::bucket(int t, uint32_t id) const {
+  const Impl& im = *impl_;
+  if (t < 0 || t >= im.params.L)
+    throw InvalidArgument("table " + std::to_string(t) + " out of range 0.." + std::to_string(im.params.L - 1));
+  const Table& tab = im.tables[t];
+  if (tab.offsets.empty() || id >= (uint32_t{1} << im.range_pow)) return {nullptr, 0};
+  uint32_t r;
+  if (tab.direct) {
+    r = id;
+  } else {
+    uint32_t p = slot_of(id, tab.mask);
+    for (;;) {
+      const uint32_t k = tab.slot_key[p];
+      if (k == id) break;
+      if (k == kEmptySlot) return {nullptr, 0};
+      p = (p + 1) & tab.mask;
+    }
+    r = tab.slot_index[p];
+  }
+  const uint32_t a = tab.offsets[r], b = tab.offsets[r + 1];
+  return {tab.items.data() + a, static_cast<int>(b - a)};
+}
+
+int LshTables::num_tables() const noexcept { return impl_->params.L; }
+int64_t LshTables::num_items() const noexcept { return impl_->num_items; }
+
+size_t LshTables::memory_bytes() const noexcept {
+  size_t total = sizeof(Impl) + impl_->tables.capacity() * sizeof(Table);
+  for (const Table& t : impl_->tables) total += t.bytes();
+  return total;
+}
+
+double LshTables::occupancy() const {
+  const Impl& im = *impl_;
+  const double n_ids = static_cast<double>(uint64_t{1} << im.range_pow);
+  double sum = 0;
+  for (const Table& t : im.tables) sum += static_cast<double>(t.occupied) / n_ids;
+  return im.tables.empty() ? 0.0 : sum / static_cast<double>(im.tables.size());
+}
+
+}  // namespace slide

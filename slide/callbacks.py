@@ -1,0 +1,158 @@
+"""Hooks into :meth:`slide.Network.fit`.
+
+A callback is any object with some of the methods of :class:`Callback`; missing methods are
+skipped. The training loop calls them in this order::
+
+    on_train_begin(net)
+      on_batch_end(net, step, loss)      after every batch; loss is the batch's mean loss
+      on_evaluate(net, record)           after every evaluation (record = one History entry)
+      on_epoch_end(net, epoch)           epoch = number of completed epochs
+    on_train_end(net, history)           also after an interruption or an early stop
+
+Any callback may set ``net.stop_training = True``; the loop then stops after the current batch,
+keeping the network consistent (it can be evaluated, saved and resumed).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Dict, Optional, Union
+
+__all__ = ["Callback", "ProgressBar", "Checkpoint", "LogMetrics", "StopAfter"]
+
+log = logging.getLogger("slide")
+
+
+class Callback:
+    """Base class: override what you need. All methods default to doing nothing."""
+
+    def on_train_begin(self, net) -> None:
+        pass
+
+    def on_batch_end(self, net, step: int, loss: float) -> None:
+        pass
+
+    def on_evaluate(self, net, record: Dict[str, Any]) -> None:
+        pass
+
+    def on_epoch_end(self, net, epoch: int) -> None:
+        pass
+
+    def on_train_end(self, net, history) -> None:
+        pass
+
+
+class ProgressBar(Callback):
+    """A tqdm bar over the samples of the run, showing samples/s, the running loss and P@1.
+
+    ``fit(..., progress=True)`` adds one. The bar writes to stderr (or ``file``) only because
+    the caller asked for it; the library itself never prints.
+    """
+
+    def __init__(self, file=None, smoothing: float = 0.05):
+        self.file = file
+        self.smoothing = smoothing
+        self._bar = None
+        self._loss: Optional[float] = None
+        self._last_p1: Optional[float] = None
+
+    def on_train_begin(self, net) -> None:
+        from tqdm.auto import tqdm
+
+        total = net._progress_total_samples
+        self._bar = tqdm(total=total, unit="samples", unit_scale=True, file=self.file,
+                         smoothing=self.smoothing, dynamic_ncols=True, leave=True)
+        self._loss = None
+
+    def on_batch_end(self, net, step: int, loss: float) -> None:
+        if self._bar is None:
+            return
+        self._loss = loss if self._loss is None else 0.98 * self._loss + 0.02 * loss
+        self._bar.update(net._last_batch_size)
+        if step % 10 == 0:
+            post = {"epoch": net.epoch, "loss": f"{self._loss:.4f}"}
+            if self._last_p1 is not None:
+                post["P@1"] = f"{self._last_p1:.4f}"
+            self._bar.set_postfix(post, refresh=False)
+
+    def on_evaluate(self, net, record: Dict[str, Any]) -> None:
+        if "P@1" in record:
+            self._last_p1 = record["P@1"]
+
+    def on_train_end(self, net, history) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+class Checkpoint(Callback):
+    """Save the network (with its full resume state) during training.
+
+    Writes ``path`` atomically every ``every_epochs`` completed epochs (0 = only at the end) and,
+    when ``minutes`` > 0, after any batch once that much wall time passed since the last save.
+    A checkpoint written mid-epoch resumes at the next batch: ``Network.load(path).fit(train)``
+    continues exactly where the run stopped.
+    """
+
+    def __init__(self, path: Union[str, os.PathLike], every_epochs: int = 1, minutes: float = 0.0):
+        if every_epochs < 0:
+            raise ValueError(f"Checkpoint: every_epochs must be >= 0, got {every_epochs}")
+        if minutes < 0:
+            raise ValueError(f"Checkpoint: minutes must be >= 0, got {minutes}")
+        self.path = os.fspath(path)
+        self.every_epochs = int(every_epochs)
+        self.minutes = float(minutes)
+        self._last = time.monotonic()
+        self.saved = 0
+
+    def _save(self, net) -> None:
+        net.save(self.path)
+        self.saved += 1
+        self._last = time.monotonic()
+        log.info("checkpoint written: %s (epoch %d, step %d)", self.path, net.epoch, net.step)
+
+    def on_train_begin(self, net) -> None:
+        self._last = time.monotonic()
+
+    def on_batch_end(self, net, step: int, loss: float) -> None:
+        if self.minutes > 0 and time.monotonic() - self._last >= 60.0 * self.minutes:
+            self._save(net)
+
+    def on_epoch_end(self, net, epoch: int) -> None:
+        if self.every_epochs and epoch % self.every_epochs == 0:
+            self._save(net)
+
+    def on_train_end(self, net, history) -> None:
+        self._save(net)
+
+
+class LogMetrics(Callback):
+    """Send each evaluation record to the ``slide`` logger (INFO)."""
+
+    def __init__(self, logger: Optional[logging.Logger] = None):
+        self.logger = logger or log
+
+    def on_evaluate(self, net, record: Dict[str, Any]) -> None:
+        parts = [f"epoch {record['epoch']}", f"step {record['step']}", f"loss {record['loss']:.4f}",
+                 f"{record['samples_per_second']:.0f} samples/s"]
+        parts += [f"{k} {v:.4f}" for k, v in record.items() if "/" in k and k.endswith("P@1")]
+        self.logger.info(", ".join(parts))
+
+
+class StopAfter(Callback):
+    """Stop training after ``steps`` batches of this fit call (useful for quick trials)."""
+
+    def __init__(self, steps: int):
+        if steps < 1:
+            raise ValueError(f"StopAfter: steps must be >= 1, got {steps}")
+        self.steps = int(steps)
+        self._seen = 0
+
+    def on_train_begin(self, net) -> None:
+        self._seen = 0
+
+    def on_batch_end(self, net, step: int, loss: float) -> None:
+        self._seen += 1
+        if self._seen >= self.steps:
+            net.stop_training = True

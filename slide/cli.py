@@ -1,0 +1,444 @@
+"""Command line: ``slide train | evaluate | predict | config | datasets | plot | compare``.
+
+The CLI only parses arguments, calls the Python API (``slide.Network``,
+``slide.runs``, ``slide.datasets``, ...) and prints. User errors (bad config,
+missing or malformed data, a model that would not fit in memory) exit with
+status 2 and one message line; ``--debug`` shows the traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Dict, List, Optional, Sequence
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """A wrong combination of command-line arguments."""
+
+
+def _user_error_types():
+    from .config import ConfigError
+
+    # slide.DataError (malformed data) and ConfigError are ValueErrors; the API raises
+    # ValueError only for bad input, never for its own faults.
+    return (ConfigError, ValueError, FileNotFoundError, FileExistsError, MemoryError, UsageError)
+
+
+def _eprint(*parts) -> None:
+    print(*parts, file=sys.stderr, flush=True)
+
+
+def _fmt_bytes(n: float) -> str:
+    from .memory import format_bytes
+
+    return format_bytes(n)
+
+
+def _parse_ks(text: str) -> List[int]:
+    try:
+        ks = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise UsageError(f"-k expects positive integers like 1,3,5, got {text!r}") from None
+    if not ks or any(k < 1 for k in ks):
+        raise UsageError(f"-k expects positive integers like 1,3,5, got {text!r}")
+    return ks
+
+
+_METRIC_KEY = re.compile(r"^(P|nDCG|PSP)@(\d+)$")
+
+
+def _metric_line(rec: Dict) -> str:
+    epoch = rec.get("epoch", "?")
+    if isinstance(epoch, float):
+        epoch = f"{epoch:g}" if epoch.is_integer() else f"{epoch:.2f}"
+    head = [f"epoch {epoch}", f"step {rec.get('step', '?')}"]
+    if rec.get("seconds") is not None:
+        head.append(f"{rec['seconds']:.1f}s")
+    if rec.get("loss") is not None:
+        head.append(f"loss {rec['loss']:.4f}")
+    if rec.get("samples_per_second"):
+        head.append(f"{rec['samples_per_second']:.0f} samples/s")
+    order = {"P": 0, "nDCG": 1, "PSP": 2}
+    shown = sorted((k for k in rec if _METRIC_KEY.match(k)),
+                   key=lambda k: (order[_METRIC_KEY.match(k).group(1)], int(_METRIC_KEY.match(k).group(2))))
+    if "valid/P@1" in rec and "test/P@1" in rec:  # the unprefixed keys are the test set's
+        shown.append("valid/P@1")
+    return "  ".join(head + [f"{k} {rec[k]:.4f}" for k in shown if rec[k] is not None])
+
+
+def _metrics_table(metrics: Dict, ks: Sequence[int]) -> str:
+    rows = []
+    for name in ("P", "nDCG", "PSP", "PSnDCG", "R"):
+        vals = [metrics.get(f"{name}@{k}") for k in ks]
+        if any(v is not None for v in vals):
+            rows.append(f"{name:>7}  " + "  ".join(f"@{k} {v:.4f}" for k, v in zip(ks, vals) if v is not None))
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------------- train
+
+def _default_config_path() -> str:
+    from . import datasets
+
+    return datasets.config_path("bibtex")
+
+
+def _make_progress(quiet: bool):
+    from tqdm import tqdm
+
+    from .callbacks import Callback
+
+    class Progress(Callback):
+        """tqdm bar on stderr (samples/s, loss, ETA); metric lines go above it on stdout."""
+
+        def __init__(self):
+            self.bar = None
+            self.loss = None
+
+        def on_train_begin(self, net):
+            # samples still to train in this call (a resumed run starts part way)
+            remaining = int(getattr(net, "_progress_total_samples", 0)) or None
+            self.bar = tqdm(total=remaining, unit="samples", unit_scale=True, file=sys.stderr,
+                            disable=quiet, dynamic_ncols=True, leave=False, smoothing=0.1)
+
+        def on_batch_end(self, net, step, loss):
+            if self.bar is None:
+                return
+            self.loss = loss if self.loss is None else 0.95 * self.loss + 0.05 * loss
+            self.bar.update(int(getattr(net, "_last_batch_size", 0)) or net.config.training.batch_size)
+            if step % 10 == 0:
+                self.bar.set_postfix(epoch=net.epoch, loss=f"{self.loss:.4f}", refresh=False)
+
+        def on_train_end(self, net, history):
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
+
+        def write(self, line: str):
+            if quiet:
+                return
+            if self.bar is not None:
+                self.bar.write(line, file=sys.stdout)
+            else:
+                print(line, flush=True)
+
+    return Progress()
+
+
+def cmd_train(args) -> int:
+    from . import runs
+    from .config import Config
+
+    if args.resume:
+        if args.config or args.set or args.out:
+            raise UsageError("--resume takes the configuration from the run folder; "
+                             "do not pass CONFIG, --set or --out with it")
+        run = runs.RunDir.open(args.resume)
+        config = run.config()
+        runs.validate_config(config, source=run.config_path)
+        if run.checkpoints.latest() is None:
+            raise FileNotFoundError(f"{run.path}: no checkpoint to resume from")
+        data = runs.load_run_data(config)
+    else:
+        path = args.config or _default_config_path()
+        config = Config.from_yaml(path)
+        if args.set:
+            config = config.with_overrides(args.set)
+        runs.absolute_data_paths(config)
+        estimate = runs.validate_config(config, source=path)
+        data = runs.load_run_data(config)
+        if estimate is None:  # headerless file: check memory with the loaded shape
+            from . import memory
+
+            memory.check_fits(config, data[0].num_features, data[0].num_labels)
+        out = args.out or runs.default_run_dir(path)
+        if os.path.exists(os.path.join(out, "config.yaml")):
+            raise FileExistsError(f"{out} already holds a run; choose another --out or --resume it")
+        # Everything that can fail on user input has been checked: only now write.
+        run = runs.RunDir.create(out, config)
+
+    if not args.quiet:
+        _eprint(f"run folder: {run.path}")
+    progress = _make_progress(args.quiet)
+    try:
+        summary = runs.train_run(config, run, resume=bool(args.resume), callbacks=[progress],
+                                 on_record=lambda rec: progress.write(_metric_line(rec)), data=data)
+    except KeyboardInterrupt:
+        # fit wrote a checkpoint of the interrupted state (on_train_end) before re-raising
+        if getattr(args, "debug", False):
+            raise
+        _eprint(f"slide train: interrupted; continue with: slide train --resume {run.path}")
+        return EXIT_INTERRUPTED
+    ks = list(config.eval.k)
+    print(f"final ({summary['evaluated_on']}): " + "  ".join(
+        f"P@{k} {summary[f'P@{k}']:.4f}" for k in ks if f"P@{k}" in summary))
+    sps = summary.get("samples_per_second")
+    print(f"train {summary['train_seconds']:.1f}s  " + (f"{sps:.0f} samples/s  " if sps else "")
+          + f"peak RSS {_fmt_bytes(summary['peak_rss_bytes'])}  best epoch {summary['best_epoch']}")
+    print(f"saved {run.path}")
+    return 0
+
+
+# ---------------------------------------------------------------------- evaluate / predict
+
+def _load_model_and_data(model: str, data: str):
+    from . import Network, runs
+    from .data import load_dataset
+
+    net = Network.load(runs.resolve_model(model))
+    if not os.path.exists(data):
+        raise FileNotFoundError(f"data file not found: {data}")
+    ds = load_dataset(data)
+    return net, ds
+
+
+def cmd_evaluate(args) -> int:
+    ks = _parse_ks(args.k)
+    net, ds = _load_model_and_data(args.model, args.data)
+    metrics = {k: float(v) for k, v in net.evaluate(ds, k=tuple(ks)).items()}
+    print(f"{args.data}: {len(ds)} points")
+    print(_metrics_table(metrics, ks))
+    if args.output:
+        from .runs import atomic_write_text
+
+        atomic_write_text(args.output, json.dumps(metrics, indent=2) + "\n")
+    return 0
+
+
+def cmd_predict(args) -> int:
+    if args.k < 1:
+        raise UsageError(f"-k must be a positive integer, got {args.k}")
+    if args.batch < 1:
+        raise UsageError(f"--batch must be a positive integer, got {args.batch}")
+    net, ds = _load_model_and_data(args.model, args.data)
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        # Batches keep memory flat and let a large test set stream to the file.
+        for a in range(0, len(ds), args.batch):
+            labels, scores = net.predict(ds[a:a + args.batch].features, k=args.k)
+            lines = []
+            for lab_row, sc_row in zip(labels.tolist(), scores.tolist()):
+                lines.append(" ".join(f"{l}:{s:.6g}" for l, s in zip(lab_row, sc_row) if l >= 0))
+            out.write("\n".join(lines) + "\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
+# ---------------------------------------------------------------------- config / datasets
+
+def cmd_config(args) -> int:
+    from . import runs
+    from .config import Config, defaults_yaml
+
+    if args.defaults:
+        sys.stdout.write(defaults_yaml())
+        return 0
+    config = Config.from_yaml(args.check)
+    estimate = runs.validate_config(config, source=args.check)
+    if estimate is None and config.data.train:
+        from . import memory
+        from .data import load_dataset
+
+        train = load_dataset(config.data.train, format=config.data.format, cache=config.data.cache)
+        memory.check_fits(config, train.num_features, train.num_labels)
+        estimate = memory.estimate(config, train.num_features, train.num_labels)
+    print(f"OK {args.check}")
+    if estimate:
+        total = estimate.get("total")
+        if total is not None:
+            print(f"memory estimate: {_fmt_bytes(total)}")
+        for k, v in estimate.items():
+            if k != "total" and isinstance(v, (int, float)):
+                print(f"  {k}: {_fmt_bytes(v)}")
+    return 0
+
+
+def cmd_datasets(args) -> int:
+    from . import datasets
+
+    if args.action == "list":
+        rows = datasets.list_datasets()
+        width = max((len(r["name"]) for r in rows), default=4)
+        for r in rows:
+            line = f"{r['name']:<{width}}  {r.get('kind') or '':<9}  {r.get('description') or ''}"
+            print(line.rstrip())
+        return 0
+    if args.action == "stats":
+        import numpy as np
+
+        from .data import load_dataset
+
+        if not os.path.exists(args.path):
+            raise FileNotFoundError(f"data file not found: {args.path}")
+        ds = load_dataset(args.path)
+        st = ds.stats()
+        counts = np.asarray(ds.label_counts())
+        print(f"{args.path}")
+        print(f"points {st['points']}  features {st['features']}  labels {st['labels']}")
+        print(f"labels/point {st['avg_labels_per_point']:.2f} ({st['points_without_labels']} points without labels)")
+        print(f"nnz/point {st['avg_nnz_per_point']:.2f}")
+        if counts.size:
+            print(f"points/label median {np.median(counts):.0f}  max {counts.max()}  "
+                  f"labels never used {int((counts == 0).sum())}")
+        return 0
+    # synth
+    paths = datasets.write_synthetic(args.preset, args.out, seed=args.seed)
+    print(f"wrote synthetic '{args.preset}' (seed {args.seed}) to {args.out}")
+    if isinstance(paths, (list, tuple)):
+        for p in paths:
+            print(f"  {p}")
+    elif isinstance(paths, dict):
+        for k, p in paths.items():
+            print(f"  {k}: {p}")
+    return 0
+
+
+# ---------------------------------------------------------------------- plot / compare
+
+def cmd_plot(args) -> int:
+    from .plot import plot_runs
+
+    path = plot_runs(args.runs, args.output)
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from . import runs
+    from .config import Config
+
+    config = Config.from_yaml(args.config)
+    runs.validate_config(config, source=args.config)
+    budget = runs.parse_duration(args.budget) if args.budget else None
+    out = args.out or runs.default_run_dir(args.config, root=os.path.join("runs", "compare"))
+    from .compare import run_compare
+
+    try:
+        # run_compare prints one line per evaluation (stderr) and the final table (stdout)
+        run_compare(config, baseline=args.baseline, budget_seconds=budget, device=args.device,
+                    out_dir=out, progress=True)
+    except ImportError as e:
+        msg = str(e)
+        if "pip install" not in msg:
+            msg = f"the {args.baseline} baseline is not installed ({msg}); install it with: " \
+                  f"pip install 'slide[{args.baseline}]'"
+        raise UsageError(msg) from None
+    print(f"saved {os.path.join(out, 'compare.json')} and {os.path.join(out, 'compare.png')}")
+    return 0
+
+
+# ---------------------------------------------------------------------- parser
+
+def build_parser() -> argparse.ArgumentParser:
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show the full traceback on errors")
+
+    p = argparse.ArgumentParser(prog="slide", parents=[debug],
+                                description="Sparse training for extreme multi-label classification.")
+    from . import __version__
+
+    p.add_argument("--version", action="version", version=f"slide {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    t = sub.add_parser("train", parents=[debug], help="train a network from a YAML config",
+                       description="Train from CONFIG (default: the bundled Bibtex config) into a run folder.")
+    t.add_argument("config", nargs="?", metavar="CONFIG.yaml")
+    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set training.epochs=3 (repeatable)")
+    t.add_argument("--out", metavar="DIR", help="run folder (default runs/<config-name>-<timestamp>)")
+    t.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its latest checkpoint")
+    t.add_argument("--quiet", action="store_true", help="no progress bar or per-evaluation lines")
+    t.set_defaults(func=cmd_train)
+
+    e = sub.add_parser("evaluate", parents=[debug], help="metrics of a model on a data file")
+    e.add_argument("model", metavar="MODEL", help="model file or run folder")
+    e.add_argument("data", metavar="DATA")
+    e.add_argument("-k", default="1,3,5", help="comma-separated k values (default 1,3,5)")
+    e.add_argument("-o", "--output", metavar="FILE", help="also write the metrics as JSON")
+    e.set_defaults(func=cmd_evaluate)
+
+    pr = sub.add_parser("predict", parents=[debug], help="top-k labels per point",
+                        description="One line per point: label:score pairs, best first.")
+    pr.add_argument("model", metavar="MODEL", help="model file or run folder")
+    pr.add_argument("data", metavar="DATA")
+    pr.add_argument("-k", type=int, default=5, help="labels per point (default 5)")
+    pr.add_argument("-o", "--output", metavar="FILE", help="output file (default stdout)")
+    pr.add_argument("--batch", type=int, default=4096, help="points predicted at a time (default 4096)")
+    pr.set_defaults(func=cmd_predict)
+
+    c = sub.add_parser("config", parents=[debug], help="print the defaults or check a config")
+    g = c.add_mutually_exclusive_group(required=True)
+    g.add_argument("--defaults", action="store_true", help="print every key with its default and meaning")
+    g.add_argument("--check", metavar="CONFIG", help="validate CONFIG and its data files; print a memory estimate")
+    c.set_defaults(func=cmd_config)
+
+    d = sub.add_parser("datasets", parents=[debug], help="list, inspect or generate datasets")
+    dsub = d.add_subparsers(dest="action", metavar="ACTION")
+    dsub.required = True
+    dsub.add_parser("list", parents=[debug], help="bundled datasets and synthetic presets")
+    st = dsub.add_parser("stats", parents=[debug], help="statistics of a data file")
+    st.add_argument("path", metavar="PATH")
+    sy = dsub.add_parser("synth", parents=[debug], help="write a synthetic dataset")
+    sy.add_argument("preset", metavar="PRESET")
+    sy.add_argument("--out", required=True, metavar="DIR")
+    sy.add_argument("--seed", type=int, default=0)
+    d.set_defaults(func=cmd_datasets)
+
+    pl = sub.add_parser("plot", parents=[debug], help="P@1 and loss against wall time for runs")
+    pl.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (or compare folders)")
+    pl.add_argument("-o", "--output", required=True, metavar="FILE.png")
+    pl.set_defaults(func=cmd_plot)
+
+    cp = sub.add_parser("compare", parents=[debug], help="time-to-accuracy against a dense baseline")
+    cp.add_argument("config", metavar="CONFIG")
+    cp.add_argument("--baseline", choices=("torch", "pecos"), default="torch")
+    cp.add_argument("--budget", metavar="TIME", help="wall-time budget per system, e.g. 90s, 10m, 1h")
+    cp.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
+    cp.add_argument("--out", metavar="DIR")
+    cp.set_defaults(func=cmd_compare)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    debug = getattr(args, "debug", False)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        hint = ""
+        if getattr(args, "command", None) == "train":
+            hint = " (continue with: slide train --resume RUN_DIR)"
+        _eprint(f"slide: interrupted{hint}")
+        return EXIT_INTERRUPTED
+    except _user_error_types() as e:
+        if debug:
+            raise
+        msg = str(e) or type(e).__name__
+        if isinstance(e, MemoryError) and "memory" not in msg.lower():
+            msg = f"not enough memory: {msg}"
+        _eprint(f"slide {args.command}: error: {msg}")
+        return EXIT_USER_ERROR
+    except BrokenPipeError:
+        # `slide predict ... | head`: the reader left; not an error.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

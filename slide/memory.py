@@ -1,0 +1,133 @@
+"""Memory needed by a network, known before anything is allocated.
+
+:func:`estimate` sizes every big allocation of the engine from the configuration and the data
+shape; :func:`check_fits` compares the total with the RAM that is available now and raises
+:class:`MemoryError` (with both numbers) instead of letting the process be killed halfway
+through start-up. :meth:`slide.Network.fit` calls it before creating the engine.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from .config import Config
+
+__all__ = ["estimate", "check_fits", "layer_sizes", "expected_active", "format_bytes"]
+
+_F32 = 4
+_I32 = 4
+# Bits that one hash code adds to a bucket id when range_pow is 0 (derived): SimHash gives one
+# sign bit per code; (D)WTA codes are the winner's position inside a bin of 8.
+_BITS_PER_CODE = {"simhash": 1, "wta": 3, "dwta": 3}
+_MAX_DERIVED_RANGE_POW = 20
+
+
+def layer_sizes(config: Config, num_labels: int) -> List[int]:
+    """Neurons per layer, the output layer resolved to ``num_labels``."""
+    sizes = [layer.size for layer in config.layers]
+    sizes[-1] = int(num_labels) if config.layers[-1].size is None else int(sizes[-1])
+    return [int(s) for s in sizes]
+
+
+def range_pow(lsh) -> int:
+    """Bits of a bucket id: ``lsh.range_pow``, or derived from K and the family when 0."""
+    if lsh.range_pow:
+        return int(lsh.range_pow)
+    return min(_MAX_DERIVED_RANGE_POW, lsh.K * _BITS_PER_CODE[lsh.family])
+
+
+def expected_active(lsh, size: int) -> int:
+    """Upper estimate of the active neurons per sample of an LSH layer of ``size`` neurons."""
+    union = lsh.L * lsh.bucket_capacity
+    if lsh.selection == "threshold":
+        union = max(1, union // max(1, lsh.threshold))
+    active = max(lsh.min_active, union)
+    if lsh.max_active:
+        active = min(active, lsh.max_active)
+    return int(min(size, active))
+
+
+def _table_bytes(bits: int, num_items: int) -> int:
+    """Upper bound of one hash table's bytes for ``num_items`` neurons.
+
+    The engine stores each neuron once per table (buckets back to back) with offsets over the
+    occupied buckets: indexed directly by bucket id while ``2^bits`` is small next to the item
+    count, else through an open-addressing map of at least twice the occupied buckets. Memory
+    therefore grows with the neurons, not with ``2^bits x bucket_capacity``.
+    """
+    ids = 1 << bits
+    items = num_items * _I32
+    if ids <= 2 * num_items + 1024:
+        return items + (ids + 1) * _I32
+    occupied = min(ids, num_items)
+    slots = 16
+    while slots < 2 * occupied:
+        slots <<= 1
+    # offsets are appended to after a copy, so their vector may hold twice its size
+    return items + 2 * (occupied + 1) * _I32 + 2 * slots * _I32
+
+
+def estimate(config: Config, num_features: int, num_labels: int,
+             sampling: Optional[List[str]] = None) -> Dict[str, int]:
+    """Bytes needed by a network for this configuration and data shape.
+
+    Returns a dict with ``weights`` (weights and biases, float32), ``adam`` (two moments per
+    weight), ``hash_tables`` (an upper bound for the LSH layers' tables), ``batch`` (per-sample
+    activations, gradients and active-set ids for one batch) and ``total``. ``sampling`` is the resolved
+    per-layer choice (``"dense"``/``"lsh"``); by default a layer counts as LSH when configured
+    ``lsh``, and ``auto`` counts as LSH (the larger of the two for the hash tables).
+    """
+    config = Config.load(config)
+    sizes = layer_sizes(config, num_labels)
+    if sampling is None:
+        sampling = ["dense" if layer.sampling == "dense" or i == 0 else "lsh"
+                    for i, layer in enumerate(config.layers)]
+    weights = adam = tables = batch_per_sample = 0
+    fan_in = int(num_features)
+    for i, (layer, size) in enumerate(zip(config.layers, sizes)):
+        n_params = fan_in * size + size
+        weights += n_params * _F32
+        adam += 2 * n_params * _F32
+        if sampling[i] == "lsh":
+            lsh = layer.lsh
+            tables += lsh.L * _table_bytes(range_pow(lsh), size)
+            active = expected_active(lsh, size)
+        else:
+            active = size
+        # activation, gradient, active id (and a counter for the union) per active neuron
+        batch_per_sample += active * (2 * _F32 + 2 * _I32)
+        fan_in = size
+    batch = batch_per_sample * int(config.training.batch_size)
+    out = {"weights": weights, "adam": adam, "hash_tables": tables, "batch": batch}
+    out["total"] = sum(out.values())
+    return out
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024.0
+    return f"{n:.1f} TiB"
+
+
+def check_fits(config: Config, num_features: int, num_labels: int,
+               sampling: Optional[List[str]] = None, available: Optional[int] = None,
+               headroom: float = 0.9) -> Dict[str, int]:
+    """Return :func:`estimate`, or raise MemoryError when it exceeds ``headroom`` x available RAM.
+
+    ``available`` defaults to ``psutil.virtual_memory().available``. The message gives the
+    estimate by part and the available memory, so the user knows which setting to shrink.
+    """
+    est = estimate(config, num_features, num_labels, sampling=sampling)
+    if available is None:
+        import psutil
+
+        available = int(psutil.virtual_memory().available)
+    if est["total"] > headroom * available:
+        parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in est.items() if k != "total")
+        raise MemoryError(
+            f"the network needs about {format_bytes(est['total'])} ({parts}) for "
+            f"{num_features} features and {num_labels} labels, but only {format_bytes(available)} "
+            f"of memory is available; use fewer labels per model, a smaller hidden layer, "
+            f"fewer hash tables (lsh.L) or a smaller training.batch_size")
+    return est

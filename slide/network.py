@@ -1,0 +1,886 @@
+"""The user-facing network: configure, fit, evaluate, predict, save and resume.
+
+:class:`Network` drives the C++ engine (``slide._core.Network``) from Python: it converts the
+data once, shuffles, schedules the learning rate, evaluates, stops early, calls callbacks and
+writes atomic checkpoints that continue a run exactly. The engine does the arithmetic (sparse
+forward/backward, LSH active sets, fused Adam) with the GIL released.
+
+Metric keys in :class:`History` records
+---------------------------------------
+Every record has ``step`` (batches done), ``epoch`` (epochs done, fractional between epoch
+ends), ``seconds`` (training wall time so far, evaluation excluded), ``samples_per_second``
+(since the previous record), ``loss`` (mean batch loss since the previous record) and ``lr``.
+Metrics are prefixed by the data set they were measured on: ``"valid/P@1"``, ``"test/nDCG@3"``,
+``"valid/PSP@5"``, ... The unprefixed keys (``"P@1"``) repeat the test set's values when a test
+set was given, else the validation set's.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+import zipfile
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import callbacks as _callbacks
+from . import memory as _memory
+from .config import Config, ConfigError
+
+__all__ = ["Network", "History", "FORMAT_VERSION", "choose_sampling"]
+
+log = logging.getLogger("slide")
+
+FORMAT_VERSION = 1
+_MAGIC = "slide-network"
+
+# Shortcuts accepted by Network(**overrides): name -> dotted config key.
+_SHORTCUTS = {
+    "epochs": "training.epochs",
+    "batch_size": "training.batch_size",
+    "threads": "training.threads",
+    "seed": "training.seed",
+    "dropout": "training.dropout",
+    "patience": "training.patience",
+    "restore_best": "training.restore_best",
+    "eval_every": "training.eval_every",
+    "eval_samples": "training.eval_samples",
+    "lr": "optimizer.lr",
+    "weight_decay": "optimizer.weight_decay",
+    "warmup_steps": "optimizer.warmup_steps",
+    "lr_decay": "optimizer.lr_decay",
+    "normalize": "data.normalize",
+    "valid_fraction": "data.valid_fraction",
+    "k": "eval.k",
+}
+_SPECIAL = ("hidden", "sampling")
+
+# sampling: auto -- below this many neurons a dense layer is as cheap as hashing (the table
+# lookups, the union and the scattered memory access cost about as much as a dense
+# multiply of a few thousand neurons), and above this fraction active the saving is small.
+AUTO_LSH_MIN_NEURONS = 20_000
+AUTO_LSH_MAX_ACTIVE_FRACTION = 0.15
+
+
+def choose_sampling(config: Config, num_labels: int) -> List[str]:
+    """Resolve every layer's ``sampling`` to ``"dense"`` or ``"lsh"``.
+
+    ``auto`` picks LSH when the layer has at least :data:`AUTO_LSH_MIN_NEURONS` neurons and the
+    expected active set (from ``lsh.L``, ``bucket_capacity``, ``min_active``, ``max_active``) is
+    at most :data:`AUTO_LSH_MAX_ACTIVE_FRACTION` of the layer; dense otherwise. The first layer
+    reads the sparse input directly and is always dense (hashing it buys nothing: its cost is
+    already proportional to the input's non-zeros).
+    """
+    sizes = _memory.layer_sizes(config, num_labels)
+    out = []
+    for i, (layer, size) in enumerate(zip(config.layers, sizes)):
+        if layer.sampling == "lsh" and i == 0:
+            raise ConfigError("layers.0.sampling: the first layer reads the sparse input and is "
+                              "always dense; lsh is allowed on later layers only")
+        if layer.sampling != "auto" or i == 0:
+            out.append("dense" if i == 0 else layer.sampling)
+            continue
+        active = _memory.expected_active(layer.lsh, size)
+        lsh = size >= AUTO_LSH_MIN_NEURONS and active <= AUTO_LSH_MAX_ACTIVE_FRACTION * size
+        out.append("lsh" if lsh else "dense")
+    return out
+
+
+class History:
+    """What :meth:`Network.fit` measured.
+
+    ``records``: one dict per evaluation (see the module doc for the keys). ``best_epoch`` /
+    ``best_step``: where the best validation P@1 was measured (the weights kept when
+    ``training.restore_best`` is on), None without validation data. ``stopped_early``: the
+    patience ran out. ``interrupted``: a KeyboardInterrupt ended the run.
+    """
+
+    def __init__(self, records: Optional[List[Dict[str, Any]]] = None):
+        self.records: List[Dict[str, Any]] = list(records or [])
+        self.best_epoch: Optional[float] = None
+        self.best_step: Optional[int] = None
+        self.best_score: Optional[float] = None
+        self.restored_best = False
+        self.stopped_early = False
+        self.interrupted = False
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self):
+        return iter(self.records)
+
+    def __getitem__(self, key):
+        """``history[i]`` is a record; ``history["valid/P@1"]`` the list of that key's values."""
+        if isinstance(key, str):
+            return [r.get(key) for r in self.records]
+        return self.records[key]
+
+    @property
+    def last(self) -> Dict[str, Any]:
+        return self.records[-1] if self.records else {}
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"records": self.records, "best_epoch": self.best_epoch, "best_step": self.best_step,
+                "best_score": self.best_score, "restored_best": self.restored_best,
+                "stopped_early": self.stopped_early, "interrupted": self.interrupted}
+
+    def __repr__(self) -> str:
+        return (f"History({len(self.records)} records, best_epoch={self.best_epoch}, "
+                f"stopped_early={self.stopped_early})")
+
+
+class _Arrays:
+    """A data set converted once to the engine's dtypes (CSR with int64 indptr)."""
+
+    __slots__ = ("X", "x_indptr", "x_indices", "x_values", "y_indptr", "y_indices", "labels", "n")
+
+    def __init__(self, X: sp.csr_matrix, Y: Optional[sp.csr_matrix]):
+        self.X = X
+        self.n = X.shape[0]
+        self.x_indptr = np.ascontiguousarray(X.indptr, dtype=np.int64)
+        self.x_indices = np.ascontiguousarray(X.indices, dtype=np.int32)
+        self.x_values = np.ascontiguousarray(X.data, dtype=np.float32)
+        self.labels = Y
+        if Y is not None:
+            self.y_indptr = np.ascontiguousarray(Y.indptr, dtype=np.int64)
+            self.y_indices = np.ascontiguousarray(Y.indices, dtype=np.int32)
+        else:
+            self.y_indptr = self.y_indices = None
+
+    def subset(self, rows: np.ndarray) -> "_Arrays":
+        return _Arrays(self.X[rows], None if self.labels is None else self.labels[rows])
+
+
+def _core_module():
+    from . import _core
+
+    if not hasattr(_core, "Network"):
+        raise RuntimeError("this build of slide._core has no Network engine; rebuild the "
+                           "extension (pip install -e . or .ci/dev-build)")
+    return _core
+
+
+class Network:
+    """A sparse network for extreme multi-label classification.
+
+    ``Network(config=None, *, num_features=None, num_labels=None, **overrides)``
+
+    ``config`` is a dict, a YAML path or a :class:`slide.Config` (None = defaults). Keyword
+    shortcuts override single settings without writing the nested form:
+
+    ======================  =========================================
+    ``epochs``              ``training.epochs``
+    ``batch_size``          ``training.batch_size``
+    ``threads``             ``training.threads`` (0 = all cores)
+    ``seed``                ``training.seed``
+    ``dropout``             ``training.dropout``
+    ``patience``            ``training.patience`` (early stopping)
+    ``restore_best``        ``training.restore_best``
+    ``eval_every``          ``training.eval_every``
+    ``eval_samples``        ``training.eval_samples``
+    ``lr``                  ``optimizer.lr``
+    ``weight_decay``        ``optimizer.weight_decay``
+    ``warmup_steps``        ``optimizer.warmup_steps``
+    ``lr_decay``            ``optimizer.lr_decay``
+    ``normalize``           ``data.normalize`` (none | l2 | tfidf_l2)
+    ``valid_fraction``      ``data.valid_fraction``
+    ``k``                   ``eval.k``
+    ``hidden``              hidden layer sizes: an int or a list of ints (ReLU, dense); the
+                            output layer keeps its settings
+    ``sampling``            the output layer's ``sampling`` (auto | dense | lsh)
+    ======================  =========================================
+
+    The engine is created at the first :meth:`fit` (the data gives the number of features and
+    labels), or at once when both ``num_features`` and ``num_labels`` are given. The output
+    layer has one neuron per label.
+
+    Thread safety: one call at a time per network (fit, predict, evaluate and save share the
+    weights); different networks may be used from different threads.
+    """
+
+    def __init__(self, config: Union[None, str, os.PathLike, Dict[str, Any], Config] = None, *,
+                 num_features: Optional[int] = None, num_labels: Optional[int] = None,
+                 **overrides: Any):
+        cfg = Config.load(config)
+        if overrides:
+            cfg = _apply_overrides(cfg, overrides)
+        self.config: Config = cfg
+        self._core = None
+        self.num_features: Optional[int] = None
+        self.num_labels: Optional[int] = None
+        self.resolved_sampling: Optional[List[str]] = None
+        self.epoch = 0                # completed epochs
+        self._batch_in_epoch = 0      # batches of the current epoch already trained
+        self._idf: Optional[np.ndarray] = None
+        self._label_counts: Optional[np.ndarray] = None
+        self._num_train_points = 0
+        self._train_seconds = 0.0
+        self._best_score: Optional[float] = None
+        self._best_step: Optional[int] = None
+        self._best_epoch: Optional[float] = None
+        self._best_params: Optional[Dict[str, np.ndarray]] = None
+        self._evals_since_best = 0
+        self.history = History()
+        self.stop_training = False
+        self._last_batch_size = 0
+        self._progress_total_samples = 0
+        if num_features is not None or num_labels is not None:
+            if num_features is None or num_labels is None:
+                raise ValueError("give both num_features and num_labels to create the engine "
+                                 "now, or neither to create it at the first fit")
+            self._build(_positive_int(num_features, "num_features"),
+                        _positive_int(num_labels, "num_labels"))
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def built(self) -> bool:
+        """True once the engine exists (after the first fit, or eagerly with the shape)."""
+        return self._core is not None
+
+    @property
+    def step(self) -> int:
+        """Batches trained so far (the Adam step count)."""
+        return int(self._core.step) if self._core is not None else 0
+
+    @property
+    def label_counts(self) -> Optional[np.ndarray]:
+        """Positive examples per label in the training data (for propensity-scored metrics)."""
+        return self._label_counts
+
+    def __repr__(self) -> str:
+        shape = (f"{self.num_features} features -> "
+                 + " -> ".join(str(s) for s in _memory.layer_sizes(self.config, self.num_labels))
+                 if self.built else "not built")
+        return f"slide.Network({shape}, epoch={self.epoch}, step={self.step})"
+
+    # ------------------------------------------------------------------ engine
+    def _build(self, num_features: int, num_labels: int) -> None:
+        core = _core_module()
+        cfg = self.config.copy()
+        sampling = choose_sampling(cfg, num_labels)
+        sizes = _memory.layer_sizes(cfg, num_labels)
+        _memory.check_fits(cfg, num_features, num_labels, sampling=sampling)
+        for layer, size, s in zip(cfg.layers, sizes, sampling):
+            layer.size = size
+            layer.sampling = s
+        cfg.validate(source="resolved config")
+        spec = _engine_spec(cfg, num_features)
+        self._core = core.Network(spec)
+        self.config = cfg
+        self.num_features = num_features
+        self.num_labels = num_labels
+        self.resolved_sampling = sampling
+        log.debug("network built: %d features, layers %s, sampling %s", num_features, sizes, sampling)
+
+    def _require_built(self, what: str) -> None:
+        if self._core is None:
+            raise RuntimeError(f"{what}: the network has not been trained or built yet; call fit() "
+                               f"first or pass num_features and num_labels to the constructor")
+
+    def memory_report(self) -> Dict[str, Any]:
+        """The engine's allocation report once built, else the estimate from :mod:`slide.memory`."""
+        if self._core is not None:
+            return dict(self._core.memory_report())
+        raise RuntimeError("memory_report: the network is not built yet; use "
+                           "slide.memory.estimate(config, num_features, num_labels) for an estimate")
+
+    def parameters(self) -> Dict[str, np.ndarray]:
+        """Writable numpy views of the engine's weights, biases and optimizer state, by name."""
+        self._require_built("parameters")
+        return dict(self._core.parameters())
+
+    # ------------------------------------------------------------------ data
+    def _split_xy(self, data, need_labels: bool, what: str):
+        """(X, Y or None, num_features, num_labels or None) from a Dataset, a tuple or a matrix."""
+        if hasattr(data, "features") and hasattr(data, "labels"):
+            X, Y = data.features, data.labels
+            nf = getattr(data, "num_features", None)
+            nl = getattr(data, "num_labels", None)
+        elif isinstance(data, tuple) and len(data) == 2:
+            X, Y = data
+            nf = nl = None
+        else:
+            if need_labels:
+                raise TypeError(f"{what}: expected a slide.Dataset or a tuple (features, labels) of "
+                                f"scipy sparse matrices, got {type(data).__name__}")
+            X, Y, nf, nl = data, None, None, None
+        X = _as_csr(X, what=f"{what} features", dtype=np.float32)
+        if nf is None:
+            nf = X.shape[1]
+        if Y is not None:
+            Y = _as_csr(Y, what=f"{what} labels", dtype=np.float32)
+            if Y.shape[0] != X.shape[0]:
+                raise ValueError(f"{what}: {X.shape[0]} feature rows but {Y.shape[0]} label rows")
+            if nl is None:
+                nl = Y.shape[1]
+        elif need_labels:
+            raise ValueError(f"{what}: labels are needed")
+        return X, Y, int(nf), (int(nl) if nl is not None else None)
+
+    def _check_features(self, X: sp.csr_matrix, what: str) -> None:
+        if X.indices.size and int(X.indices.max()) >= self.num_features:
+            row = int(np.searchsorted(X.indptr, int(np.argmax(X.indices >= self.num_features)),
+                                      side="right")) - 1
+            bad = int(X.indices.max())
+            raise ValueError(f"{what}: feature id {bad} (row {row}) is out of range: the network "
+                             f"has {self.num_features} features")
+        if X.data.size and not np.all(np.isfinite(X.data)):
+            row = int(np.searchsorted(X.indptr, int(np.argmin(np.isfinite(X.data))), side="right")) - 1
+            raise ValueError(f"{what}: row {row} has a NaN or infinite feature value")
+
+    def _check_labels(self, Y: sp.csr_matrix, what: str) -> None:
+        if Y.indices.size and int(Y.indices.max()) >= self.num_labels:
+            raise ValueError(f"{what}: label id {int(Y.indices.max())} is out of range: the network "
+                             f"has {self.num_labels} labels")
+
+    def _normalize(self, X: sp.csr_matrix) -> sp.csr_matrix:
+        """Apply ``data.normalize`` (with the idf learnt from the training data)."""
+        mode = self.config.data.normalize
+        if mode == "none":
+            return X
+        X = X.copy()
+        X.data = X.data.astype(np.float32, copy=False)
+        if mode == "tfidf_l2":
+            if self._idf is None:
+                raise RuntimeError("tfidf_l2: idf statistics are missing (fit has not run)")
+            X.data *= self._idf[X.indices]
+        sq = np.add.reduceat(np.concatenate([X.data.astype(np.float64) ** 2, [0.0]]),
+                             np.minimum(X.indptr[:-1], X.data.size)) if X.data.size else np.zeros(X.shape[0])
+        sq = np.where(np.diff(X.indptr) > 0, sq, 0.0)
+        norms = np.sqrt(sq)
+        norms[norms == 0] = 1.0
+        X.data /= np.repeat(norms, np.diff(X.indptr)).astype(np.float32)
+        return X
+
+    def _convert(self, X: sp.csr_matrix, Y: Optional[sp.csr_matrix]) -> _Arrays:
+        X = self._normalize(X)
+        return _Arrays(X, Y)
+
+    # ------------------------------------------------------------------ training
+    def fit(self, train, epochs: Optional[int] = None, valid=None, test=None,
+            callbacks: Iterable[Any] = (), progress: bool = False) -> History:
+        """Train until ``epochs`` epochs are complete (default ``training.epochs``).
+
+        ``epochs`` counts from the start of the run, so a network loaded from a checkpoint
+        continues where it stopped (mid-epoch included) and ``fit(train, epochs=2)`` after one
+        epoch trains one more. ``train``, ``valid`` and ``test`` are :class:`slide.Dataset`
+        objects or ``(features, labels)`` tuples of scipy sparse matrices.
+
+        Validation: ``valid``, else a seeded ``data.valid_fraction`` of ``train`` held out (not
+        trained on). It drives early stopping (``training.patience`` evaluations without a better
+        validation P@1) and ``training.restore_best`` (the weights of the best evaluation are
+        put back at the end; ``history.best_epoch`` says which). Without validation data both
+        are off (a warning is logged when patience was set). ``test`` is only reported.
+
+        Ctrl-C (KeyboardInterrupt) stops training within a batch: the network stays usable and
+        resumable (the interrupted batch, possibly partly applied, counts as not done; the best
+        weights are not restored, so that :meth:`save` continues the interrupted run), callbacks
+        get ``on_train_end``, then the KeyboardInterrupt is re-raised; the partial history is in
+        ``net.history``.
+        """
+        cfg = self.config
+        tr = cfg.training
+        epochs = tr.epochs if epochs is None else _positive_int(epochs, "epochs")
+        X, Y, nf, nl = self._split_xy(train, need_labels=True, what="train")
+
+        # Held-out validation, chosen by seed so that a resumed run holds out the same rows.
+        valid_arrays = None
+        if valid is None and cfg.data.valid_fraction > 0:
+            n_valid = int(round(cfg.data.valid_fraction * X.shape[0]))
+            if n_valid < 1 or n_valid >= X.shape[0]:
+                raise ValueError(f"data.valid_fraction={cfg.data.valid_fraction} leaves no "
+                                 f"validation or no training rows out of {X.shape[0]}")
+            perm = np.random.default_rng([tr.seed, 0x7A11D]).permutation(X.shape[0])
+            vrows, trows = np.sort(perm[:n_valid]), np.sort(perm[n_valid:])
+            Xv, Yv = X[vrows], Y[vrows]
+            X, Y = X[trows], Y[trows]
+        elif valid is not None:
+            Xv, Yv, _, _ = self._split_xy(valid, need_labels=True, what="valid")
+        else:
+            Xv = Yv = None
+        if tr.patience and Xv is None:
+            log.warning("training.patience=%d is ignored: no validation data (pass valid= to fit "
+                        "or set data.valid_fraction)", tr.patience)
+
+        if self._core is None:
+            self._build(nf, nl)
+        else:
+            if nf > self.num_features:
+                raise ValueError(f"train: {nf} features, but the network was built for "
+                                 f"{self.num_features}")
+            if nl > self.num_labels:
+                raise ValueError(f"train: {nl} labels, but the network was built for {self.num_labels}")
+        cfg = self.config
+        self._check_features(X, "train")
+        self._check_labels(Y, "train")
+        # Statistics of the first training data, kept for the network's life (and its files).
+        if self._label_counts is None:
+            self._label_counts = np.bincount(Y.indices, minlength=self.num_labels).astype(np.int64)
+            self._num_train_points = int(X.shape[0])
+        if self._idf is None and cfg.data.normalize == "tfidf_l2":
+            df = np.bincount(X.indices, minlength=self.num_features).astype(np.float64)
+            self._idf = (np.log((1.0 + X.shape[0]) / (1.0 + df)) + 1.0).astype(np.float32)
+        tr_arrays = self._convert(X, Y)
+        if Xv is not None:
+            self._check_features(Xv, "valid")
+            self._check_labels(Yv, "valid")
+            valid_arrays = self._convert(Xv, Yv)
+        test_arrays = None
+        if test is not None:
+            Xt, Yt, _, _ = self._split_xy(test, need_labels=True, what="test")
+            self._check_features(Xt, "test")
+            self._check_labels(Yt, "test")
+            test_arrays = self._convert(Xt, Yt)
+        valid_arrays = self._eval_subset(valid_arrays)
+        test_arrays = self._eval_subset(test_arrays)
+
+        n = tr_arrays.n
+        bs = tr.batch_size
+        batches_per_epoch = max(1, math.ceil(n / bs))
+        if self._batch_in_epoch >= batches_per_epoch:   # resumed with a different data size
+            self.epoch += 1
+            self._batch_in_epoch = 0
+        cbs = list(callbacks)
+        if progress:
+            cbs.insert(0, _callbacks.ProgressBar())
+        self.stop_training = False
+        history = History()
+        self.history = history
+        remaining = max(0, (epochs - self.epoch) * batches_per_epoch - self._batch_in_epoch)
+        self._progress_total_samples = min(remaining * bs, max(0, (epochs - self.epoch) * n
+                                                               - self._batch_in_epoch * bs))
+        _call(cbs, "on_train_begin", self)
+
+        core = self._core
+        start_step = self.step
+        start_position = self.epoch * batches_per_epoch + self._batch_in_epoch
+        eval_every = tr.eval_every
+        loss_sum = 0.0
+        loss_batches = 0
+        samples_since = 0
+        seconds_since = 0.0
+        interrupted = False
+        try:
+            while self.epoch < epochs and not self.stop_training:
+                perm = np.random.default_rng([tr.seed, self.epoch]).permutation(n).astype(np.int64)
+                epoch_lr = cfg.optimizer.lr * cfg.optimizer.lr_decay ** self.epoch
+                while self._batch_in_epoch < batches_per_epoch:
+                    b = self._batch_in_epoch
+                    rows = perm[b * bs:(b + 1) * bs]
+                    lr = epoch_lr
+                    if cfg.optimizer.warmup_steps:
+                        lr *= min(1.0, (self.step + 1) / cfg.optimizer.warmup_steps)
+                    t0 = time.perf_counter()
+                    loss = float(core.train_batch(tr_arrays.x_indptr, tr_arrays.x_indices,
+                                                  tr_arrays.x_values, tr_arrays.y_indptr,
+                                                  tr_arrays.y_indices, rows, lr))
+                    dt = time.perf_counter() - t0
+                    self._batch_in_epoch += 1
+                    self._train_seconds += dt
+                    seconds_since += dt
+                    samples_since += rows.size
+                    loss_sum += loss
+                    loss_batches += 1
+                    self._last_batch_size = int(rows.size)
+                    _call(cbs, "on_batch_end", self, self.step, loss)
+                    end_of_epoch = self._batch_in_epoch >= batches_per_epoch
+                    if eval_every and self.step % eval_every == 0 and not end_of_epoch:
+                        self._record(history, cbs, valid_arrays, test_arrays, lr,
+                                     loss_sum / max(1, loss_batches), samples_since, seconds_since,
+                                     self.epoch + self._batch_in_epoch / batches_per_epoch)
+                        loss_sum, loss_batches, samples_since, seconds_since = 0.0, 0, 0, 0.0
+                    if self.stop_training:
+                        break
+                if self._batch_in_epoch >= batches_per_epoch:
+                    self.epoch += 1
+                    self._batch_in_epoch = 0
+                    if loss_batches:
+                        self._record(history, cbs, valid_arrays, test_arrays, lr,
+                                     loss_sum / loss_batches, samples_since, seconds_since, self.epoch)
+                        loss_sum, loss_batches, samples_since, seconds_since = 0.0, 0, 0, 0.0
+                    _call(cbs, "on_epoch_end", self, self.epoch)
+        except KeyboardInterrupt:
+            interrupted = True
+            history.interrupted = True
+            # Ctrl-C may land between the engine's step and the Python bookkeeping: the
+            # engine's step count (a discarded batch does not count) decides the position.
+            position = start_position + (self.step - start_step)
+            self.epoch, self._batch_in_epoch = divmod(position, batches_per_epoch)
+        history.best_epoch, history.best_step, history.best_score = (
+            self._best_epoch, self._best_step, self._best_score)
+        if (not interrupted and tr.restore_best and self._best_params is not None
+                and self._best_step != self.step):
+            self._set_parameters(self._best_params)
+            history.restored_best = True
+        elif not interrupted and tr.restore_best and self._best_params is not None:
+            history.restored_best = True
+        _call(cbs, "on_train_end", self, history)
+        if interrupted:
+            raise KeyboardInterrupt
+        return history
+
+    def _eval_subset(self, arrays: Optional[_Arrays]) -> Optional[_Arrays]:
+        m = self.config.training.eval_samples
+        if arrays is None or not m or arrays.n <= m:
+            return arrays
+        rows = np.sort(np.random.default_rng([self.config.training.seed, 0xE7A1]).permutation(arrays.n)[:m])
+        return arrays.subset(rows)
+
+    def _record(self, history: History, cbs, valid: Optional[_Arrays], test: Optional[_Arrays],
+                lr: float, loss: float, samples: int, seconds: float, epoch: float) -> None:
+        rec: Dict[str, Any] = {
+            "step": self.step,
+            "epoch": epoch,
+            "seconds": self._train_seconds,
+            "samples_per_second": samples / seconds if seconds > 0 else float("nan"),
+            "loss": loss,
+            "lr": lr,
+        }
+        main = None
+        for name, arrays in (("valid", valid), ("test", test)):
+            if arrays is None:
+                continue
+            m = self._evaluate_arrays(arrays, self.config.eval.k)
+            rec.update({f"{name}/{k}": v for k, v in m.items()})
+            main = m if name == "test" or main is None else main
+        if main is not None:
+            rec.update(main)
+        if valid is not None:
+            score = rec["valid/P@1"]
+            if self._best_score is None or score > self._best_score:
+                self._best_score, self._best_step, self._best_epoch = score, self.step, epoch
+                self._evals_since_best = 0
+                if self.config.training.restore_best:
+                    self._best_params = {k: np.array(v, copy=True)
+                                         for k, v in self._core.parameters().items()}
+            else:
+                self._evals_since_best += 1
+                patience = self.config.training.patience
+                if patience and self._evals_since_best >= patience:
+                    history.stopped_early = True
+                    self.stop_training = True
+        history.records.append(rec)
+        _call(cbs, "on_evaluate", self, rec)
+
+    def _set_parameters(self, params: Dict[str, np.ndarray]) -> None:
+        views = self._core.parameters()
+        for k, v in params.items():
+            if k not in views:
+                raise ValueError(f"parameter {k!r} is not part of this network")
+            if views[k].shape != v.shape:
+                raise ValueError(f"parameter {k!r}: shape {v.shape} does not match the network's "
+                                 f"{views[k].shape}")
+            views[k][...] = v
+        if self.resolved_sampling and "lsh" in self.resolved_sampling:
+            self._core.rebuild_tables()
+
+    # ------------------------------------------------------------------ inference
+    def predict(self, X, k: int = 5, mode: str = "exact") -> Tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` labels and scores per row: ``(labels int32 [n, k], scores float32 [n, k])``.
+
+        ``X``: scipy sparse matrix, dense 2-D numpy array, or a :class:`slide.Dataset`. Rows
+        are normalised like the training data. ``mode="exact"`` scores every label;
+        ``"lsh"`` scores only the hash-selected candidates of LSH layers (faster, approximate).
+        Scores are the softmax probabilities of the output layer.
+        """
+        self._require_built("predict")
+        if mode not in ("exact", "lsh"):
+            raise ValueError(f"predict: mode must be 'exact' or 'lsh', got {mode!r}")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= self.num_labels:
+            raise ValueError(f"predict: k must be an integer in [1, {self.num_labels}], got {k!r}")
+        if hasattr(X, "features") and hasattr(X, "labels"):
+            X = X.features
+        X = _as_csr(X, what="predict features", dtype=np.float32)
+        if not sp.issparse(X) or X.ndim != 2:
+            raise ValueError("predict: X must be 2-D")
+        self._check_features(X, "predict")
+        arrays = self._convert(X, None)
+        return self._predict_arrays(arrays, int(k), mode)
+
+    def _predict_arrays(self, arrays: _Arrays, k: int, mode: str = "exact"):
+        labels, scores = self._core.predict_topk(arrays.x_indptr, arrays.x_indices, arrays.x_values,
+                                                 int(k), mode)
+        return np.asarray(labels, dtype=np.int32), np.asarray(scores, dtype=np.float32)
+
+    def _evaluate_arrays(self, arrays: _Arrays, k) -> Dict[str, float]:
+        from . import metrics
+
+        ks = [k] if isinstance(k, (int, np.integer)) else list(k)
+        kmax = min(max(ks), self.num_labels)
+        top, _ = self._predict_arrays(arrays, kmax)
+        props = None
+        if self._label_counts is not None:
+            props = metrics.propensities(self._label_counts, self.config.eval.propensity_a,
+                                         self.config.eval.propensity_b,
+                                         num_points=self._num_train_points)
+        Y = arrays.labels
+        if Y.shape[1] != self.num_labels:   # ids were checked to be < num_labels
+            Y = sp.csr_matrix((Y.data, Y.indices, Y.indptr), shape=(Y.shape[0], self.num_labels))
+        return metrics.evaluate(top, Y, k=ks, propensities=props)
+
+    def evaluate(self, data, k: Union[int, Sequence[int]] = (1, 3, 5)) -> Dict[str, float]:
+        """Ranking metrics on labelled data: ``{"P@1", "P@3", "P@5", "nDCG@k", "PSP@k", ...}``.
+
+        PSP uses propensities from the training label counts stored at fit
+        (``eval.propensity_a``/``propensity_b``).
+        """
+        self._require_built("evaluate")
+        X, Y, _, _ = self._split_xy(data, need_labels=True, what="evaluate")
+        self._check_features(X, "evaluate")
+        self._check_labels(Y, "evaluate")
+        return self._evaluate_arrays(self._convert(X, Y), k)
+
+    # ------------------------------------------------------------------ persistence
+    def _state_meta(self) -> Dict[str, Any]:
+        return {
+            "magic": _MAGIC,
+            "format_version": FORMAT_VERSION,
+            "config_yaml": self.config.to_yaml(),
+            "num_features": self.num_features,
+            "num_labels": self.num_labels,
+            "resolved_sampling": self.resolved_sampling,
+            "epoch": self.epoch,
+            "batch_in_epoch": self._batch_in_epoch,
+            "step": self.step,
+            "train_seconds": self._train_seconds,
+            "num_train_points": self._num_train_points,
+            "best_score": self._best_score,
+            "best_step": self._best_step,
+            "best_epoch": self._best_epoch,
+            "evals_since_best": self._evals_since_best,
+            "history": self.history.to_dict(),
+        }
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        """Write the network to one ``.npz`` file, atomically.
+
+        The file holds the configuration (YAML), the weights and Adam moments, the step, epoch
+        and position inside the epoch, the normalisation statistics, the training label counts
+        and the best-validation snapshot, so that :meth:`load` followed by :meth:`fit` continues
+        the run exactly: bit-identical with ``threads=1`` for networks of dense layers. LSH
+        layers' hash tables are not stored; :meth:`load` rebuilds them from the saved weights,
+        so an LSH run continues with equivalent (not identical) tables until its next scheduled
+        rebuild. The data is written to a temporary
+        file in the same folder, flushed to disk and renamed over ``path``: a crash leaves
+        either the old file or the new one, never a partial one.
+        """
+        self._require_built("save")
+        path = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        arrays: Dict[str, np.ndarray] = {
+            "meta": np.frombuffer(json.dumps(_jsonable(self._state_meta())).encode("utf-8"), dtype=np.uint8),
+        }
+        for name, v in self._core.parameters().items():
+            arrays[f"param/{name}"] = np.asarray(v)
+        if self._best_params is not None:
+            for name, v in self._best_params.items():
+                arrays[f"best/{name}"] = v
+        if self._idf is not None:
+            arrays["idf"] = self._idf
+        if self._label_counts is not None:
+            arrays["label_counts"] = self._label_counts
+        fd, tmp = tempfile.mkstemp(prefix=".slide-", suffix=".tmp", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, **arrays)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        try:
+            dfd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike], threads: Optional[int] = None) -> "Network":
+        """Read a file written by :meth:`save`; ``threads`` overrides ``training.threads``.
+
+        Raises FileNotFoundError when ``path`` does not exist and ValueError naming the file
+        when it is truncated, corrupt, not a slide network or of another format version.
+        """
+        path = os.fspath(path)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"network file not found: {path}")
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                data = {k: z[k] for k in z.files}
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, zipfile.LargeZipFile) as e:
+            raise ValueError(f"{path}: not a readable slide network file (truncated or corrupt): "
+                             f"{e}") from None
+        if "meta" not in data:
+            raise ValueError(f"{path}: not a slide network file (no 'meta' entry)")
+        try:
+            meta = json.loads(bytes(data["meta"]).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: corrupt metadata: {e}") from None
+        if not isinstance(meta, dict) or meta.get("magic") != _MAGIC:
+            raise ValueError(f"{path}: not a slide network file")
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"{path}: format version {meta.get('format_version')} is not supported "
+                             f"by this slide (reads version {FORMAT_VERSION})")
+        try:
+            import yaml
+
+            cfg = Config.from_dict(yaml.safe_load(meta["config_yaml"]), source=path)
+            if threads is not None:
+                cfg.training.threads = _positive_int(threads, "threads", allow_zero=True)
+            net = cls(cfg)
+            net._build(int(meta["num_features"]), int(meta["num_labels"]))
+            params = {k[len("param/"):]: v for k, v in data.items() if k.startswith("param/")}
+            missing = set(net._core.parameters()) - set(params)
+            if missing:
+                raise ValueError(f"missing parameters {sorted(missing)}")
+            net._set_parameters(params)
+            net._core.step = int(meta["step"])
+            net.epoch = int(meta["epoch"])
+            net._batch_in_epoch = int(meta["batch_in_epoch"])
+            net._train_seconds = float(meta["train_seconds"])
+            net._num_train_points = int(meta["num_train_points"])
+            net._best_score = meta["best_score"]
+            net._best_step = meta["best_step"]
+            net._best_epoch = meta["best_epoch"]
+            net._evals_since_best = int(meta["evals_since_best"])
+            best = {k[len("best/"):]: v for k, v in data.items() if k.startswith("best/")}
+            net._best_params = best or None
+            net._idf = data.get("idf")
+            net._label_counts = data.get("label_counts")
+            h = meta.get("history") or {}
+            net.history = History(h.get("records"))
+            for key in ("best_epoch", "best_step", "best_score", "restored_best", "stopped_early",
+                        "interrupted"):
+                if key in h:
+                    setattr(net.history, key, h[key])
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"{path}: incomplete slide network file: missing {e}") from None
+        except ValueError as e:
+            if str(e).startswith(path):
+                raise
+            raise ValueError(f"{path}: {e}") from None
+        if net._idf is None and net.config.data.normalize == "tfidf_l2":
+            raise ValueError(f"{path}: normalize is tfidf_l2 but the idf statistics are missing")
+        return net
+
+
+# ---------------------------------------------------------------------- helpers
+
+def _call(cbs, method: str, *args) -> None:
+    for cb in cbs:
+        fn = getattr(cb, method, None)
+        if fn is not None:
+            fn(*args)
+
+
+def _positive_int(v, name: str, allow_zero: bool = False) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if allow_zero else 1):
+        raise ValueError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} integer, "
+                         f"got {v!r}")
+    return int(v)
+
+
+def _jsonable(o):
+    if isinstance(o, dict):
+        return {str(k): _jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_jsonable(v) for v in o]
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    return o
+
+
+def _as_csr(X, what: str, dtype=np.float32) -> sp.csr_matrix:
+    """A canonical CSR matrix (sorted indices, no duplicates) of ``dtype`` from sparse or dense input."""
+    if sp.issparse(X):
+        if X.ndim != 2:
+            raise ValueError(f"{what}: expected a 2-D matrix, got shape {X.shape}")
+        if not (np.issubdtype(X.dtype, np.number) or X.dtype == bool) \
+                or np.issubdtype(X.dtype, np.complexfloating):
+            raise ValueError(f"{what}: expected real numbers, got dtype {X.dtype}")
+        X = sp.csr_matrix(X, dtype=dtype)
+    else:
+        try:
+            arr = np.asarray(X)
+        except Exception as e:   # ragged lists and the like
+            raise ValueError(f"{what}: cannot be read as a matrix: {e}") from None
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool) \
+                or np.issubdtype(arr.dtype, np.complexfloating):
+            raise ValueError(f"{what}: expected a scipy sparse matrix or a numeric 2-D array, got "
+                             f"{type(X).__name__} of dtype {arr.dtype}")
+        if arr.ndim != 2:
+            raise ValueError(f"{what}: expected a 2-D matrix, got shape {arr.shape}")
+        if arr.dtype != bool and arr.size and not np.all(np.isfinite(arr)):
+            raise ValueError(f"{what}: contains NaN or infinite values")
+        X = sp.csr_matrix(arr.astype(dtype, copy=False))
+    if not X.has_canonical_format:
+        X = X.copy()
+        X.sum_duplicates()
+    X.sort_indices()
+    return X
+
+
+def _engine_spec(cfg: Config, num_features: int) -> Dict[str, Any]:
+    layers = []
+    for layer in cfg.layers:
+        lsh = layer.lsh
+        layers.append({
+            "size": int(layer.size), "activation": layer.activation, "sampling": layer.sampling,
+            "family": lsh.family, "K": lsh.K, "L": lsh.L, "range_pow": lsh.range_pow,
+            "bucket_capacity": lsh.bucket_capacity, "bucket_policy": lsh.bucket_policy,
+            "selection": lsh.selection, "threshold": lsh.threshold,
+            "min_active": lsh.min_active, "max_active": lsh.max_active,
+        })
+    o, t = cfg.optimizer, cfg.training
+    return {
+        "input_dim": int(num_features), "layers": layers,
+        "lr": o.lr, "beta1": o.betas[0], "beta2": o.betas[1], "eps": o.eps,
+        "weight_decay": o.weight_decay, "dropout": t.dropout, "threads": t.threads,
+        "seed": t.seed, "rebuild_first": t.rebuild_first, "rebuild_decay": t.rebuild_decay,
+        "hugepages": t.hugepages,
+    }
+
+
+def _apply_overrides(cfg: Config, overrides: Dict[str, Any]) -> Config:
+    d = cfg.to_dict()
+    for name, value in overrides.items():
+        if name in _SHORTCUTS:
+            section, key = _SHORTCUTS[name].split(".")
+            d[section][key] = list(value) if name == "k" and not isinstance(value, int) else value
+            if name == "k" and isinstance(value, int):
+                d[section][key] = [value]
+        elif name == "hidden":
+            sizes = [value] if isinstance(value, (int, np.integer)) else list(value)
+            hidden = []
+            for i, s in enumerate(sizes):
+                if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
+                    raise ConfigError(f"Network(hidden=...): item {i} must be a positive integer, got {s!r}")
+                hidden.append({"size": int(s), "activation": "relu", "sampling": "dense",
+                               "lsh": d["layers"][0]["lsh"] if d["layers"] else {}})
+            d["layers"] = hidden + [d["layers"][-1]]
+        elif name == "sampling":
+            d["layers"][-1]["sampling"] = value
+        else:
+            import difflib
+
+            options = list(_SHORTCUTS) + list(_SPECIAL)
+            close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise TypeError(f"Network() got an unexpected keyword argument '{name}'{hint}; "
+                            f"accepted shortcuts: {', '.join(options)}, or pass a config")
+    return Config.from_dict(d, source="Network(...)")

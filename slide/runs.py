@@ -1,0 +1,516 @@
+"""Run folders, crash-safe checkpoints and resumable training for ``slide train``.
+
+A run folder holds everything one training run produces::
+
+    runs/<config-name>-<timestamp>/
+        config.yaml      the resolved configuration (absolute data paths)
+        metrics.jsonl    one JSON object per evaluation
+        summary.json     final metrics, timing and memory, written at the end
+        model.slide      the final model (after restore_best), written at the end
+        checkpoints/     the last ``keep`` checkpoints, each written atomically
+
+Checkpoints are written to a temporary name, flushed to disk and renamed, so a
+process killed at any instant leaves every complete checkpoint loadable; partial
+files keep a ``.tmp`` suffix and are never mistaken for a checkpoint.
+:func:`train_run` is what the CLI calls; a notebook gets the same model from
+``Network(config).fit(...)`` because both run the same code with the same seed.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from .callbacks import Callback
+from .config import Config
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointStore",
+    "absolute_data_paths",
+    "RunDir",
+    "RunRecorder",
+    "atomic_write_text",
+    "default_run_dir",
+    "load_run_data",
+    "parse_duration",
+    "peak_rss_bytes",
+    "read_data_header",
+    "resolve_model",
+    "train_run",
+    "validate_config",
+]
+
+PathLike = Union[str, os.PathLike]
+
+
+# ---------------------------------------------------------------------- small helpers
+
+def parse_duration(text: Union[str, int, float]) -> float:
+    """Seconds from ``"90s"``, ``"10m"``, ``"1.5h"``, ``"1h30m"`` or a plain number of seconds."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        s = str(text).strip().lower()
+        if re.fullmatch(r"\d+(\.\d+)?", s):
+            value = float(s)
+        else:
+            parts = re.findall(r"(\d+(?:\.\d+)?)\s*([smh])", s)
+            if not parts or re.sub(r"\s", "", "".join(n + u for n, u in parts)) != re.sub(r"\s", "", s):
+                raise ValueError(f"cannot read duration {text!r}: use e.g. 90s, 10m, 1h or 1h30m")
+            scale = {"s": 1.0, "m": 60.0, "h": 3600.0}
+            value = sum(float(n) * scale[u] for n, u in parts)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"duration must be positive, got {text!r}")
+    return value
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process so far, in bytes."""
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        # Linux reports KiB, macOS bytes.
+        return int(peak if sys.platform == "darwin" else peak * 1024)
+    except ImportError:  # Windows
+        import psutil
+
+        info = psutil.Process().memory_info()
+        return int(getattr(info, "peak_wset", info.rss))
+
+
+def _fsync_dir(path: str) -> None:
+    # Makes a rename durable; not possible (nor needed) on every platform.
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: str) -> None:
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def atomic_write_text(path: PathLike, text: str) -> None:
+    """Write ``text`` so that readers see either the old file or the whole new one."""
+    path = os.fspath(path)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def default_run_dir(config_path: Optional[PathLike], root: PathLike = "runs") -> str:
+    """``runs/<config-name>-<YYYYmmdd-HHMMSS>``, with a numeric suffix if that exists already."""
+    name = os.path.splitext(os.path.basename(os.fspath(config_path)))[0] if config_path else "default"
+    base = os.path.join(os.fspath(root), f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    path, i = base, 1
+    while os.path.exists(path):
+        i += 1
+        path = f"{base}-{i}"
+    return path
+
+
+# ---------------------------------------------------------------------- validation
+
+def read_data_header(path: PathLike) -> Optional[Tuple[int, int, int]]:
+    """``(points, features, labels)`` from an XC header line, or None for headerless (libsvm) files."""
+    with open(os.fspath(path), "rb") as fh:
+        first = fh.readline(4096).split()
+    if len(first) == 3 and all(t.isdigit() for t in first):
+        n, d, l = (int(t) for t in first)
+        return n, d, l
+    return None
+
+
+def absolute_data_paths(config: Config) -> Config:
+    """Make relative data paths (from ``--set``) absolute, so a run folder resumes from anywhere."""
+    for key in ("train", "test", "valid"):
+        p = getattr(config.data, key)
+        if p:
+            setattr(config.data, key, os.path.abspath(os.path.expanduser(p)))
+    return config
+
+
+def validate_config(config: Config, source: str = "config", *, need_train: bool = True,
+                    check_memory: bool = True) -> Optional[Dict[str, int]]:
+    """Check everything that can be checked without training.
+
+    Raises :class:`ConfigError` (bad values), ``FileNotFoundError`` (missing data
+    file, naming the key) or ``MemoryError`` (the model would not fit). Returns the
+    memory estimate in bytes when the data shape can be read from the file header.
+    """
+    config.validate(source=source)
+    config.check_files(source=source, need_train=need_train)
+    if not check_memory or not config.data.train:
+        return None
+    header = read_data_header(config.data.train)
+    if header is None:
+        return None
+    _, num_features, num_labels = header
+    from . import memory
+
+    memory.check_fits(config, num_features, num_labels)
+    return memory.estimate(config, num_features, num_labels)
+
+
+def load_run_data(config: Config):
+    """Load the train / valid / test sets a configuration names (None where not given)."""
+    from .data import load_dataset
+
+    def load(path):
+        if not path:
+            return None
+        return load_dataset(path, format=config.data.format, cache=config.data.cache)
+
+    return load(config.data.train), load(config.data.valid), load(config.data.test)
+
+
+# ---------------------------------------------------------------------- checkpoints
+
+_CKPT_RE = re.compile(r"^step-(\d{10})\.ckpt$")
+
+
+@dataclass
+class Checkpoint:
+    step: int
+    path: str
+    state: Dict[str, Any]  # run bookkeeping kept beside the model (wall time so far)
+
+
+class CheckpointStore:
+    """The last ``keep`` checkpoints of a run, each complete on disk or absent.
+
+    A checkpoint is ``step-<step>.ckpt`` plus a ``step-<step>.json`` with the run's
+    bookkeeping. The JSON is written first and the model is renamed into place
+    last, so a model file that exists is complete and its JSON exists too.
+    """
+
+    def __init__(self, directory: PathLike, keep: int = 2):
+        if keep < 1:
+            raise ValueError("keep must be at least 1")
+        self.directory = os.fspath(directory)
+        self.keep = keep
+
+    def _model_path(self, step: int) -> str:
+        return os.path.join(self.directory, f"step-{step:010d}.ckpt")
+
+    def list(self) -> List[Checkpoint]:
+        """Complete checkpoints, oldest first."""
+        if not os.path.isdir(self.directory):
+            return []
+        out = []
+        for name in os.listdir(self.directory):
+            m = _CKPT_RE.match(name)
+            if not m:
+                continue
+            step = int(m.group(1))
+            state: Dict[str, Any] = {}
+            side = os.path.join(self.directory, f"step-{step:010d}.json")
+            try:
+                with open(side, "r", encoding="utf-8") as fh:
+                    state = json.load(fh)
+            except (OSError, ValueError):
+                pass
+            out.append(Checkpoint(step, os.path.join(self.directory, name), state))
+        out.sort(key=lambda c: c.step)
+        return out
+
+    def latest(self) -> Optional[Checkpoint]:
+        items = self.list()
+        return items[-1] if items else None
+
+    def remove_partial(self) -> None:
+        """Delete leftovers of writes that a crash interrupted."""
+        if not os.path.isdir(self.directory):
+            return
+        complete = {c.step for c in self.list()}
+        for name in os.listdir(self.directory):
+            p = os.path.join(self.directory, name)
+            m = re.match(r"^step-(\d{10})\.json$", name)
+            if ".tmp" in name or (m and int(m.group(1)) not in complete):
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+
+    def save(self, net, state: Optional[Dict[str, Any]] = None) -> Checkpoint:
+        """Write ``net`` as the newest checkpoint, then drop all but the last ``keep``."""
+        os.makedirs(self.directory, exist_ok=True)
+        step = int(net.step)
+        final = self._model_path(step)
+        state = dict(state or {}, step=step, epoch=int(net.epoch))
+        atomic_write_text(os.path.join(self.directory, f"step-{step:010d}.json"), json.dumps(state))
+        tmp = final + f".{os.getpid()}.tmp"
+        try:
+            net.save(tmp)
+            _fsync_file(tmp)
+            os.replace(tmp, final)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(self.directory)
+        for old in self.list()[:-self.keep]:
+            for p in (old.path, old.path[: -len(".ckpt")] + ".json"):
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+        return Checkpoint(step, final, state)
+
+
+# ---------------------------------------------------------------------- run folder
+
+class RunDir:
+    """Files of one run folder (see the module docstring)."""
+
+    def __init__(self, path: PathLike):
+        self.path = os.fspath(path)
+        self.config_path = os.path.join(self.path, "config.yaml")
+        self.metrics_path = os.path.join(self.path, "metrics.jsonl")
+        self.summary_path = os.path.join(self.path, "summary.json")
+        self.model_path = os.path.join(self.path, "model.slide")
+        self.checkpoints = CheckpointStore(os.path.join(self.path, "checkpoints"))
+
+    @classmethod
+    def create(cls, path: PathLike, config: Config) -> "RunDir":
+        """Make a new run folder holding the resolved configuration."""
+        run = cls(path)
+        if os.path.exists(run.config_path):
+            raise FileExistsError(f"{run.path} already holds a run; use --resume to continue it")
+        os.makedirs(run.checkpoints.directory, exist_ok=True)
+        atomic_write_text(run.config_path, config.to_yaml())
+        return run
+
+    @classmethod
+    def open(cls, path: PathLike) -> "RunDir":
+        """An existing run folder (for ``--resume``, ``slide plot``)."""
+        run = cls(path)
+        if not os.path.isdir(run.path):
+            raise FileNotFoundError(f"run folder not found: {run.path}")
+        if not os.path.exists(run.config_path):
+            raise FileNotFoundError(f"{run.path}: not a run folder (no config.yaml)")
+        return run
+
+    def config(self) -> Config:
+        return Config.from_yaml(self.config_path)
+
+    def append_metrics(self, record: Dict[str, Any]) -> None:
+        with open(self.metrics_path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(_jsonable(record)) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def read_metrics(self) -> List[Dict[str, Any]]:
+        """Records of metrics.jsonl; a line cut short by a crash is skipped."""
+        if not os.path.exists(self.metrics_path):
+            return []
+        out = []
+        with open(self.metrics_path, "r", encoding="utf-8") as fh:
+            for line in fh:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+        return out
+
+    def truncate_metrics(self, max_step: int) -> None:
+        """Keep the records up to ``max_step``: what a resumed run will redo is dropped."""
+        kept = [r for r in self.read_metrics() if int(r.get("step", 0)) <= max_step]
+        atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    def write_summary(self, summary: Dict[str, Any]) -> None:
+        atomic_write_text(self.summary_path, json.dumps(_jsonable(summary), indent=2) + "\n")
+
+    def read_summary(self) -> Optional[Dict[str, Any]]:
+        if not os.path.exists(self.summary_path):
+            return None
+        with open(self.summary_path, "r", encoding="utf-8") as fh:
+            return json.load(fh)
+
+
+def _jsonable(obj):
+    # numpy scalars and arrays inside metric records
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def resolve_model(path: PathLike) -> str:
+    """A model file from a path that may also be a run folder (final model, else latest checkpoint)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        run = RunDir(path)
+        if os.path.exists(run.model_path):
+            return run.model_path
+        ck = run.checkpoints.latest()
+        if ck is None:
+            raise FileNotFoundError(f"{path}: no model.slide and no checkpoint in this folder")
+        return ck.path
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"model file not found: {path}")
+    return path
+
+
+# ---------------------------------------------------------------------- training
+
+class RunRecorder(Callback):
+    """Callback that writes metrics.jsonl and checkpoints while a network trains.
+
+    Checkpoints are written every ``training.checkpoint_every`` epochs, inside an
+    epoch whenever ``training.checkpoint_minutes`` passed since the last one, and
+    when training ends (also after Ctrl-C, so the run can be resumed). The network
+    stores its step, epoch and position inside the epoch, so any checkpoint resumes
+    exactly.
+    """
+
+    def __init__(self, run: RunDir, config: Config, *, seconds_offset: float = 0.0,
+                 on_record: Optional[Callable[[Dict[str, Any]], None]] = None):
+        self.run = run
+        self.every_epochs = config.training.checkpoint_every
+        self.every_seconds = config.training.checkpoint_minutes * 60.0
+        self.seconds_offset = seconds_offset
+        self.on_record = on_record
+        self.t0 = time.perf_counter()
+        self.last_checkpoint = self.t0
+        self.last_checkpoint_step = -1
+        self.checkpoints_written = 0
+
+    def elapsed(self) -> float:
+        return self.seconds_offset + (time.perf_counter() - self.t0)
+
+    def checkpoint(self, net) -> None:
+        if int(net.step) == self.last_checkpoint_step:
+            return
+        self.run.checkpoints.save(net, {"wall_seconds": self.elapsed()})
+        self.last_checkpoint = time.perf_counter()
+        self.last_checkpoint_step = int(net.step)
+        self.checkpoints_written += 1
+
+    def on_train_begin(self, net):
+        self.t0 = time.perf_counter()
+        self.last_checkpoint = self.t0
+
+    def on_batch_end(self, net, step, loss):
+        if self.every_seconds > 0 and time.perf_counter() - self.last_checkpoint >= self.every_seconds:
+            self.checkpoint(net)
+
+    def on_evaluate(self, net, record):
+        # ``seconds`` is the network's training time (evaluation excluded), carried
+        # through checkpoints, so a resumed run continues the same clock.
+        self.run.append_metrics(record)
+        if self.on_record is not None:
+            self.on_record(record)
+
+    def on_epoch_end(self, net, epoch):
+        if self.every_epochs > 0 and int(epoch) % self.every_epochs == 0:
+            self.checkpoint(net)
+
+    def on_train_end(self, net, history):
+        self.checkpoint(net)
+
+
+def _best_epoch(records: Sequence[Dict[str, Any]], key: str = "P@1") -> Optional[int]:
+    best, best_epoch = None, None
+    for r in records:
+        v = r.get(key)
+        if v is None:
+            continue
+        if best is None or v > best:
+            best, best_epoch = v, r.get("epoch")
+    return best_epoch
+
+
+def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: Iterable = (),
+              on_record: Optional[Callable[[Dict[str, Any]], None]] = None,
+              data: Optional[tuple] = None) -> Dict[str, Any]:
+    """Train ``config`` in ``run`` (continuing its latest checkpoint when ``resume``).
+
+    ``data`` is the ``(train, valid, test)`` triple when the caller loaded it
+    already (the CLI does, to report data errors before creating the folder).
+    Writes metrics.jsonl, checkpoints, model.slide and summary.json; returns the summary.
+    """
+    from . import Network
+
+    train, valid, test = data if data is not None else load_run_data(config)
+    seconds_offset = 0.0
+    if resume:
+        run.checkpoints.remove_partial()
+        ck = run.checkpoints.latest()
+        if ck is None:
+            raise FileNotFoundError(f"{run.path}: no checkpoint to resume from")
+        net = Network.load(ck.path)
+        seconds_offset = float(ck.state.get("wall_seconds", 0.0))
+        run.truncate_metrics(int(net.step))
+    else:
+        net = Network(config)
+    start_step = int(net.step)
+
+    recorder = RunRecorder(run, config, seconds_offset=seconds_offset, on_record=on_record)
+    history = net.fit(train, valid=valid, test=test, callbacks=[recorder, *callbacks])
+    wall_seconds = recorder.elapsed()
+
+    eval_set, eval_name = (test, "test") if test is not None else \
+        ((valid, "valid") if valid is not None else (train, "train"))
+    final = net.evaluate(eval_set, k=tuple(config.eval.k))
+    net.save(run.model_path)  # atomic: temporary file, fsync, rename
+
+    records = run.read_metrics()
+    # best validation epoch (the weights kept by restore_best); without validation
+    # data, the epoch of the best test P@1
+    best_epoch = history.best_epoch
+    if best_epoch is None:
+        best_epoch = _best_epoch(records)
+    epochs_done = int(net.epoch)
+    n_trained = len(train)
+    if valid is None and config.data.valid_fraction > 0:  # rows held out by fit
+        n_trained -= int(round(config.data.valid_fraction * len(train)))
+    train_seconds = float(records[-1]["seconds"]) if records else wall_seconds
+    summary: Dict[str, Any] = {k: float(v) for k, v in final.items()}
+    summary.update({
+        "evaluated_on": eval_name,
+        "train_seconds": train_seconds,
+        "wall_seconds": wall_seconds,
+        "samples_per_second": (epochs_done * n_trained / train_seconds) if train_seconds > 0 else None,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "best_epoch": best_epoch,
+        "epochs": epochs_done,
+        "steps": int(net.step),
+        "resumed_from_step": start_step if resume else None,
+        "num_train": len(train),
+        "num_features": int(train.num_features),
+        "num_labels": int(train.num_labels),
+    })
+    run.write_summary(summary)
+    return summary

@@ -1,0 +1,443 @@
+"""The training engine through its binding, slide._core.Network."""
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from slide._core import Network
+
+
+# ---------------------------------------------------------------------- helpers
+
+def make_problem(n=1200, D=400, C=16, seed=0, multilabel=False):
+    """A separable sparse problem: each class owns a few features, plus noise features."""
+    rng = np.random.default_rng(seed)
+    owned = rng.permutation(D)[: C * 6].reshape(C, 6)
+    y = rng.integers(0, C, size=n)
+    ind, val, ptr = [], [], [0]
+    yind, yptr = [], [0]
+    for i in range(n):
+        f = np.unique(np.concatenate([owned[y[i]][rng.random(6) < 0.8], rng.integers(0, D, 3)]))
+        v = (rng.random(len(f)) + 0.5).astype(np.float32)
+        v /= np.linalg.norm(v)
+        ind.append(f)
+        val.append(v)
+        ptr.append(ptr[-1] + len(f))
+        labs = [y[i]] + ([int((y[i] + 1) % C)] if multilabel else [])
+        yind.extend(labs)
+        yptr.append(len(yind))
+    x = (np.array(ptr, np.int64), np.concatenate(ind).astype(np.int32), np.concatenate(val).astype(np.float32))
+    lab = (np.array(yptr, np.int64), np.array(yind, np.int32))
+    return x, lab, y
+
+
+def spec(D=400, C=16, hidden=32, sampling="dense", threads=1, seed=3, **extra):
+    out = dict(size=C, activation="softmax", sampling=sampling)
+    if sampling == "lsh":
+        out.update(family="dwta", K=2, L=8, min_active=4, max_active=8, bucket_capacity=64)
+    out.update(extra.pop("out", {}))
+    s = dict(input_dim=D, layers=[dict(size=hidden, activation="relu"), out], threads=threads, seed=seed,
+             rebuild_first=4, rebuild_decay=0.2)
+    s.update(extra)
+    return s
+
+
+def train(net, x, lab, epochs=3, batch=64, lr=1e-2, seed=0):
+    rng = np.random.default_rng(seed)
+    n = len(x[0]) - 1
+    losses = []
+    for _ in range(epochs):
+        perm = rng.permutation(n).astype(np.int64)
+        for s in range(0, n, batch):
+            losses.append(net.train_batch(*x, *lab, perm[s:s + batch], lr))
+    return losses
+
+
+def params_copy(net):
+    return {k: v.copy() for k, v in net.parameters().items()}
+
+
+PROBLEM = make_problem()
+
+
+# ---------------------------------------------------------------------- learning
+
+@pytest.mark.parametrize("sampling", ["dense", "lsh"])
+def test_learns_a_separable_problem(sampling):
+    x, lab, y = PROBLEM
+    net = Network(spec(sampling=sampling))
+    losses = train(net, x, lab, epochs=4)
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:3])
+    top, scores = net.predict_topk(*x, 3)
+    assert top.dtype == np.int32 and scores.dtype == np.float32 and top.shape == (len(y), 3)
+    assert (top[:, 0] == y).mean() > 0.9
+    assert np.all(np.diff(scores, axis=1) <= 0) and np.all(scores > 0) and np.all(scores.sum(1) <= 1 + 1e-5)
+    if sampling == "lsh":
+        top_lsh, s_lsh = net.predict_topk(*x, 1, mode="lsh")
+        assert (top_lsh[:, 0] == y).mean() > 0.7
+    assert net.step == len(losses)
+
+
+@pytest.mark.parametrize("layers", [
+    # hash-sampled hidden layer, a dense hidden layer after it (lock-free accumulation), dropout
+    [dict(size=32), dict(size=48, sampling="lsh", family="simhash", K=3, L=6, min_active=16, max_active=0),
+     dict(size=24, activation="linear"), dict(size=16, activation="softmax")],
+    # one layer: the sparse input straight into the softmax
+    [dict(size=16, activation="softmax")],
+    # a wide layer 0 (its gradient goes through lock-free buffers, not per-sample records)
+    [dict(size=5000, activation="softmax")],
+])
+def test_other_architectures_learn(layers):
+    x, lab, y = PROBLEM
+    net = Network(dict(input_dim=400, layers=layers, threads=2, seed=1, dropout=0.1 if len(layers) > 2 else 0.0))
+    losses = train(net, x, lab, epochs=4)
+    assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:3])
+    top, _ = net.predict_topk(*x, 1)
+    assert (top[:, 0] == y).mean() > 0.85
+
+
+def test_multilabel_and_unlabeled_samples():
+    x, lab, y = make_problem(n=600, multilabel=True, seed=1)
+    yptr, yind = lab
+    # Drop the labels of sample 0: it trains with loss 0 and must not break anything.
+    yind = yind[2:]
+    yptr = np.concatenate([[0], yptr[1:] - 2]).astype(np.int64)
+    net = Network(spec(threads=2))
+    assert net.num_threads == 2
+    loss0 = net.train_batch(*x, yptr, yind, np.array([0], np.int64), 1e-2)
+    assert loss0 == 0.0
+    losses = train(net, x, (yptr, yind), epochs=4)
+    assert losses[-1] < losses[0]
+    top, _ = net.predict_topk(*x, 2)
+    hits = [(top[i, 0] in (y[i], (y[i] + 1) % 16)) for i in range(1, len(y))]
+    assert np.mean(hits) > 0.9
+
+
+@pytest.mark.parametrize("C, sampling", [(16, "lsh"), (5000, "dense")])  # 5000: blocked wide-layer path
+def test_predict_exact_matches_numpy_forward(C, sampling):
+    x, lab, _ = PROBLEM
+    net = Network(spec(sampling=sampling, threads=2, C=C))
+    train(net, x, lab, epochs=1)
+    p = net.parameters()
+    ptr, ind, val = x
+    n = 50
+    X = np.zeros((n, 400), np.float32)
+    for i in range(n):
+        X[i, ind[ptr[i]:ptr[i + 1]]] = val[ptr[i]:ptr[i + 1]]
+    h = np.maximum(X @ p["layers.0.weight"] + p["layers.0.bias"], 0)
+    z = h @ p["layers.1.weight"].T + p["layers.1.bias"]
+    prob = np.exp(z - z.max(1, keepdims=True))
+    prob /= prob.sum(1, keepdims=True)
+    ref = np.argsort(-prob, axis=1)[:, :5]
+    top, scores = net.predict_topk(ptr[: n + 1], ind, val, 5)
+    np.testing.assert_array_equal(top, ref)
+    np.testing.assert_allclose(scores, np.take_along_axis(prob, ref, 1), rtol=1e-4, atol=1e-6)
+
+
+# ---------------------------------------------------------------------- determinism and isolation
+
+@pytest.mark.parametrize("sampling", ["dense", "lsh"])
+def test_one_thread_same_seed_is_bit_identical(sampling):
+    x, lab, _ = PROBLEM
+    runs = []
+    for _ in range(2):
+        net = Network(spec(sampling=sampling, dropout=0.2))
+        losses = train(net, x, lab, epochs=1)
+        runs.append((losses, params_copy(net), net.predict_topk(*x, 3, mode="lsh" if sampling == "lsh" else "exact")))
+    assert runs[0][0] == runs[1][0]
+    for k in runs[0][1]:
+        assert np.array_equal(runs[0][1][k], runs[1][1][k]), k
+    assert np.array_equal(runs[0][2][0], runs[1][2][0]) and np.array_equal(runs[0][2][1], runs[1][2][1])
+    other = Network(spec(sampling=sampling, seed=4))
+    assert not np.array_equal(other.parameters()["layers.1.weight"], runs[0][1]["layers.1.weight"])
+
+
+@pytest.mark.parametrize("sampling", ["dense", "lsh"])
+def test_result_does_not_depend_on_the_thread_count(sampling):
+    """Sampled and narrow layers form row gradients from per-sample records in batch order."""
+    x, lab, _ = PROBLEM
+    runs = []
+    for threads in (1, 2):
+        net = Network(spec(sampling=sampling, threads=threads, dropout=0.1))
+        train(net, x, lab, epochs=1)
+        runs.append(params_copy(net))
+    for k in runs[0]:
+        assert np.array_equal(runs[0][k], runs[1][k]), k
+
+
+def test_resumed_run_continues_identically():
+    x, lab, _ = PROBLEM
+    rows = [np.arange(s, s + 32, dtype=np.int64) for s in range(0, 320, 32)]
+    full = Network(spec(dropout=0.1))
+    for r in rows:
+        full.train_batch(*x, *lab, r, 1e-2)
+    first = Network(spec(dropout=0.1))
+    for r in rows[:5]:
+        first.train_batch(*x, *lab, r, 1e-2)
+    resumed = Network(spec(dropout=0.1))
+    train(resumed, x, lab, epochs=1, seed=7)  # state that the load must fully overwrite
+    for k, v in resumed.parameters().items():
+        v[...] = first.parameters()[k]
+    resumed.step = first.step
+    resumed.rebuild_tables()
+    for r in rows[5:]:
+        resumed.train_batch(*x, *lab, r, 1e-2)
+    assert resumed.step == full.step == 10
+    for k, v in full.parameters().items():
+        assert np.array_equal(v, resumed.parameters()[k]), k
+
+
+def test_two_networks_in_one_process_are_independent():
+    x, lab, _ = PROBLEM
+    a, b = Network(spec(sampling="lsh")), Network(spec(sampling="lsh"))
+    b_before = params_copy(b)
+    train(a, x, lab, epochs=1)
+    for k, v in b.parameters().items():
+        assert np.array_equal(v, b_before[k]), k
+    assert b.step == 0 and a.step > 0
+    # Interleaved training gives the same result as training alone.
+    c = Network(spec(sampling="lsh"))
+    rng = np.random.default_rng(0)
+    perm = rng.permutation(1200).astype(np.int64)
+    for s in range(0, 1200, 64):
+        b.train_batch(*x, *lab, perm[s:s + 64], 1e-2)
+        c.train_batch(*x, *lab, perm[s:s + 64], 1e-2)
+    assert all(np.array_equal(v, c.parameters()[k]) for k, v in b.parameters().items())
+    assert all(np.array_equal(v, b.parameters()[k]) for k, v in a.parameters().items())
+
+
+def test_concurrent_predict_from_python_threads():
+    x, lab, _ = PROBLEM
+    net = Network(spec(threads=2))
+    train(net, x, lab, epochs=1)
+    ref = net.predict_topk(*x, 3)
+    results = [None] * 4
+
+    def work(i):
+        results[i] = net.predict_topk(*x, 3)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        assert np.array_equal(r[0], ref[0]) and np.array_equal(r[1], ref[1])
+
+
+# ---------------------------------------------------------------------- parameters and sparse Adam
+
+def test_parameter_views_round_trip():
+    x, lab, _ = PROBLEM
+    net = Network(spec(sampling="lsh"))
+    train(net, x, lab, epochs=1)
+    views = net.parameters()
+    assert set(views) == {f"layers.{i}.{a}{s}" for i in (0, 1) for a in ("weight", "bias")
+                          for s in ("", ".adam_m", ".adam_v")}
+    assert views["layers.0.weight"].shape == (400, 32) and views["layers.1.weight"].shape == (16, 32)
+    assert views["layers.1.bias"].shape == (16,) and views["layers.0.weight"].flags.writeable
+    saved = params_copy(net)
+    step = net.step
+    before = net.predict_topk(*x, 3)
+    train(net, x, lab, epochs=1, seed=5)
+    changed = net.predict_topk(*x, 3)
+    assert not np.array_equal(changed[1], before[1])
+    for k, v in net.parameters().items():
+        v[...] = saved[k]
+    net.step = step
+    net.rebuild_tables()
+    after = net.predict_topk(*x, 3)
+    assert np.array_equal(after[0], before[0]) and np.array_equal(after[1], before[1])
+    # The views are the network's memory, and keep it alive.
+    w = net.parameters()["layers.1.bias"]
+    del net, views
+    w[:] = 0.0
+    assert np.all(w == 0.0)
+
+
+def test_untouched_rows_are_never_updated():
+    """Sparse Adam: rows of absent features and of inactive output neurons keep weights and moments."""
+    x, lab, _ = make_problem(n=100, multilabel=True, seed=4)
+    # max_active=2 and min_active=0: each sample's active output set is its two labels.
+    net = Network(spec(sampling="lsh", out=dict(min_active=0, max_active=2), weight_decay=0.01))
+    rows = np.arange(0, 8, dtype=np.int64)
+    net.train_batch(*x, *lab, rows, 1e-2)  # non-zero moments everywhere touched
+    before = params_copy(net)
+    batch = np.array([20, 21], np.int64)
+    net.train_batch(*x, *lab, batch, 1e-2)
+    after = net.parameters()
+    ptr, ind, _ = x
+    feats = np.unique(np.concatenate([ind[ptr[r]:ptr[r + 1]] for r in batch]))
+    labels = np.unique(np.concatenate([lab[1][lab[0][r]:lab[0][r + 1]] for r in batch]))
+    assert len(labels) == 4
+    other_feats = np.setdiff1d(np.arange(400), feats)
+    other_labels = np.setdiff1d(np.arange(16), labels)
+    for s in ("", ".adam_m", ".adam_v"):
+        w0, w1 = before["layers.0.weight" + s], after["layers.0.weight" + s]
+        assert np.array_equal(w0[other_feats], w1[other_feats])
+        assert np.all(np.any(w0[feats] != w1[feats], axis=1))
+        o0, o1 = before["layers.1.weight" + s], after["layers.1.weight" + s]
+        assert np.array_equal(o0[other_labels], o1[other_labels])
+        assert np.all(np.any(o0[labels] != o1[labels], axis=1))
+        b0, b1 = before["layers.1.bias" + s], after["layers.1.bias" + s]
+        assert np.array_equal(b0[other_labels], b1[other_labels]) and np.all(b0[labels] != b1[labels])
+
+
+def test_memory_report():
+    net = Network(spec(sampling="lsh", hugepages=True))
+    r = net.memory_report()
+    for k in ("weights", "optimizer", "gradients", "tables", "scratch", "scratch_per_thread", "total", "hugepages"):
+        assert k in r
+    assert r["weights"] == 4 * (400 * 32 + 32 + 16 * 32 + 16)
+    assert r["optimizer"] == 2 * r["weights"]
+    assert r["tables"] > 0 and r["total"] >= r["weights"] + r["optimizer"] + r["tables"]
+    assert isinstance(r["hugepages"], list)
+    # Arrays of 1 MiB and more are hugepage candidates where the kernel offers THP.
+    big = Network(dict(input_dim=5000, layers=[dict(size=64), dict(size=10, activation="softmax")]))
+    thp = open("/sys/kernel/mm/transparent_hugepage/enabled").read() if os.path.exists(
+        "/sys/kernel/mm/transparent_hugepage/enabled") else "[never]"
+    if "[never]" not in thp:
+        assert "layers.0.weight" in big.memory_report()["hugepages"]
+    off = Network(dict(input_dim=5000, layers=[dict(size=64), dict(size=10, activation="softmax")], hugepages=False))
+    assert off.memory_report()["hugepages"] == []
+    assert big.kernel_isa in ("generic", "avx2", "avx512") and big.seed == 0 and big.num_threads >= 1
+
+
+def test_rebuild_schedule_follows_step():
+    x, lab, _ = PROBLEM
+    net = Network(spec(sampling="lsh", rebuild_first=3, rebuild_decay=0.0))
+    assert net.next_rebuild == 3
+    rows = np.arange(8, dtype=np.int64)
+    for _ in range(4):
+        net.train_batch(*x, *lab, rows, 1e-2)
+    assert net.next_rebuild == 6
+    net.step = 100
+    assert net.next_rebuild == 102
+    assert Network(spec()).next_rebuild == -1
+
+
+# ---------------------------------------------------------------------- bad input
+
+def test_bad_spec_raises_value_error_naming_the_key():
+    good = spec()
+    cases = [
+        ({k: v for k, v in good.items() if k != "input_dim"}, r"input_dim: missing"),
+        (dict(good, input_dim=0), r"input_dim: must be >= 1"),
+        (dict(good, input_dim="many"), r"input_dim: expected an integer"),
+        (dict(good, lr=-1.0), r"lr: must be > 0"),
+        (dict(good, dropout=1.0), r"dropout"),
+        (dict(good, beta1=1.0), r"beta1"),
+        (dict(good, learning_rate=0.1), r"learning_rate: unknown key"),
+        (dict(good, layers=[]), r"layers: at least one"),
+        (dict(good, layers=[dict(size=8, activation="softmax"), dict(size=4, activation="softmax")]),
+         r"layers\[0\]\.activation"),
+        (dict(good, layers=[dict(size=8), dict(size=4, activation="relu")]), r"layers\[1\]\.activation"),
+        (dict(good, layers=[dict(size=8, sampling="lsh"), dict(size=4, activation="softmax")]),
+         r"layers\[0\]\.sampling: lsh is not allowed"),
+        (dict(good, layers=[dict(size=8), dict(activation="softmax")]), r"layers\[1\]\.size: missing"),
+        (dict(good, layers=[dict(size=8), dict(size=4, activation="softmax", family="md5")]),
+         r"layers\[1\]\.family: must be one of"),
+        (dict(good, layers=[dict(size=8), dict(size=4, activation="softmax", sampling="lsh", min_active=9,
+                                               max_active=3)]), r"layers\[1\]\.min_active"),
+        (dict(good, layers=[dict(size=8), dict(size=4, activation="softmax", sampling="lsh", K=0)]),
+         r"layers\[1\]\.K"),
+    ]
+    for bad, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            Network(bad)
+
+
+def test_bad_batches_raise_value_error_before_training():
+    x, lab, _ = PROBLEM
+    net = Network(spec())
+    rows = np.arange(4, dtype=np.int64)
+    ptr, ind, val = x
+    yptr, yind = lab
+    bad_ind = ind.copy()
+    bad_ind[ptr[2]] = 400
+    bad_y = yind.copy()
+    bad_y[3] = 16
+    cases = [
+        ((ptr.astype(np.int32), ind, val, yptr, yind, rows), r"x_indptr: expected dtype int64, got int32"),
+        ((ptr, ind.astype(np.int64), val, yptr, yind, rows), r"x_indices: expected dtype int32"),
+        ((ptr, ind, val.astype(np.float64), yptr, yind, rows), r"x_values: expected dtype float32"),
+        ((ptr, ind, val, yptr, yind, [0, 1]), r"rows: expected a numpy array"),
+        ((ptr, ind, val[:-1], yptr, yind, rows), r"x_values: has"),
+        ((ptr, bad_ind, val, yptr, yind, rows), r"feature id 400 in sample 2 is out of range for input_dim=400"),
+        ((ptr, ind, val, yptr, bad_y, rows), r"label id 16 in sample 3 is out of range for output size=16"),
+        ((ptr, ind, val, yptr, yind, np.array([0, 5000], np.int64)), r"rows\[1\] = 5000 is out of range"),
+        ((ptr, ind, val, yptr[:-1], yind, rows), r"y_indptr describes"),
+        ((ptr[::-1].copy(), ind, val, yptr, yind, rows), r"x_indptr is not a valid CSR"),
+    ]
+    for args, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            net.train_batch(*args, 1e-2)
+    nan_val = val.copy()
+    nan_val[0] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        net.train_batch(ptr, ind, nan_val, yptr, yind, rows, 1e-2)
+    with pytest.raises(ValueError, match="lr"):
+        net.train_batch(*x, *lab, rows, -1e-3)
+    with pytest.raises(ValueError, match="lr"):
+        net.train_batch(*x, *lab, rows, float("nan"))
+    with pytest.raises(ValueError, match=r"k: must be in \[1, 16\]"):
+        net.predict_topk(*x, 17)
+    with pytest.raises(ValueError, match="mode"):
+        net.predict_topk(*x, 1, mode="fast")
+    with pytest.raises(ValueError, match="step"):
+        net.step = -1
+    assert net.step == 0 and np.all(np.isfinite(net.parameters()["layers.0.weight"]))
+
+
+def test_ctrl_c_interrupts_training_without_corrupting_the_network():
+    x, lab, _ = make_problem(n=2000, seed=2)
+    net = Network(dict(input_dim=400, layers=[dict(size=64), dict(size=30000, activation="softmax")], threads=2))
+    rows = np.arange(2000, dtype=np.int64)
+    done = 0
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        t0 = time.time()
+        while time.time() - t0 < 20:
+            net.train_batch(*x, *lab, rows, 1e-3)
+            done += 1
+    elapsed = time.time() - t0
+    timer.join()
+    assert elapsed < 0.3 + 1.5
+    assert net.step == done
+    p = net.parameters()
+    assert all(np.all(np.isfinite(v)) for v in p.values())
+    # The partial batch was discarded: the next batch trains normally.
+    loss = net.train_batch(*x, *lab, rows[:64], 1e-3)
+    assert np.isfinite(loss) and net.step == done + 1
+
+
+def test_generic_kernels_agree_with_the_vector_kernels(tmp_path):
+    """SLIDE_ISA=generic selects the portable kernels: same model up to float rounding."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys, numpy as np\n"
+        f"sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+        "from test_engine import PROBLEM, Network, spec, train\n"
+        "x, lab, _ = PROBLEM\n"
+        "net = Network(spec(C=5000))\n"
+        "losses = train(net, x, lab, epochs=1)\n"
+        "top, sc = net.predict_topk(*x, 3)\n"
+        f"np.savez({str(tmp_path / 'out.npz')!r}, losses=losses, top=top, sc=sc, isa=net.kernel_isa)\n")
+    env = dict(os.environ, SLIDE_ISA="generic")
+    subprocess.run([sys.executable, str(script)], check=True, env=env, timeout=120)
+    generic = np.load(tmp_path / "out.npz")
+    assert str(generic["isa"]) == "generic"
+    x, lab, _ = PROBLEM
+    net = Network(spec(C=5000))
+    losses = train(net, x, lab, epochs=1)
+    top, sc = net.predict_topk(*x, 3)
+    np.testing.assert_allclose(generic["losses"], losses, rtol=1e-3)
+    assert (generic["top"][:, 0] == top[:, 0]).mean() > 0.99
+    np.testing.assert_allclose(generic["sc"], sc, rtol=1e-2, atol=1e-4)

@@ -1,0 +1,470 @@
+"""slide.Network: training loop, evaluation, prediction checks, persistence and resume."""
+import os
+import zipfile
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import slide
+from slide import callbacks
+from slide.config import Config, ConfigError
+from slide.network import FORMAT_VERSION, Network, choose_sampling
+
+
+def make_problem(n=600, num_features=300, num_labels=24, seed=0):
+    """Learnable multi-label data: each label owns a few features that its points show."""
+    rng = np.random.default_rng(seed)
+    owned = [rng.choice(num_features, 8, replace=False) for _ in range(num_labels)]
+    xr, xc, yr, yc = [], [], [], []
+    for i in range(n):
+        labels = rng.choice(num_labels, rng.integers(1, 3), replace=False)
+        feats = set(rng.choice(num_features, 4, replace=False))   # noise
+        for lab in labels:
+            feats.update(rng.choice(owned[lab], 5, replace=False))
+            yr.append(i)
+            yc.append(lab)
+        for f in feats:
+            xr.append(i)
+            xc.append(f)
+    X = sp.csr_matrix((np.ones(len(xr), np.float32), (xr, xc)), shape=(n, num_features))
+    Y = sp.csr_matrix((np.ones(len(yr), np.float32), (yr, yc)), shape=(n, num_labels))
+    return X, Y
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, Y = make_problem()
+    return (X[:450], Y[:450]), (X[450:], Y[450:])
+
+
+def small(**kw):
+    base = dict(hidden=32, epochs=2, batch_size=32, lr=0.01, threads=1, seed=3)
+    base.update(kw)
+    return Network(**base)
+
+
+def test_fit_learns_and_records_history(data):
+    train, test = data
+    net = small(epochs=4)
+    hist = net.fit(train, test=test)
+    assert isinstance(hist, slide.History)
+    assert [r["epoch"] for r in hist.records] == [1, 2, 3, 4]
+    assert net.epoch == 4 and net.step == 4 * 15
+    rec = hist.records[-1]
+    for key in ("step", "epoch", "seconds", "samples_per_second", "loss", "lr",
+                "test/P@1", "test/P@3", "test/nDCG@5", "test/PSP@1", "P@1"):
+        assert key in rec, key
+    assert rec["P@1"] == rec["test/P@1"]            # unprefixed = test set when given
+    assert rec["samples_per_second"] > 0
+    assert hist.records[0]["seconds"] < rec["seconds"]
+    assert hist.records[-1]["loss"] < hist.records[0]["loss"]
+    # 24 labels with 1-2 per point: chance P@1 is about 0.06
+    assert net.evaluate(test)["P@1"] > 0.5
+    assert net.resolved_sampling == ["dense", "dense"]
+    assert net.config.layers[-1].size == 24
+
+
+def test_evaluate_matches_metrics_module(data):
+    train, test = data
+    net = small()
+    net.fit(train)
+    m = net.evaluate(test, k=(1, 3))
+    top, _ = net.predict(test[0], k=3)
+    ref = slide.metrics.evaluate(top, test[1], k=(1, 3), propensities=slide.metrics.propensities(
+        train[1], net.config.eval.propensity_a, net.config.eval.propensity_b))
+    assert m == pytest.approx(ref)
+    assert set(m) >= {"P@1", "P@3", "nDCG@3", "PSP@1", "PSP@3"}
+
+
+def test_unprefixed_metrics_are_valid_without_test(data):
+    train, test = data
+    hist = small(epochs=1).fit(train, valid=test)
+    rec = hist.records[0]
+    assert rec["P@1"] == rec["valid/P@1"]
+    assert not any(k.startswith("test/") for k in rec)
+
+
+def test_overrides_map_to_config():
+    net = Network(epochs=7, batch_size=64, lr=0.02, threads=1, seed=9, hidden=[64, 32],
+                  dropout=0.25, weight_decay=1e-4, normalize="tfidf_l2", sampling="dense", k=[1, 2])
+    c = net.config
+    assert (c.training.epochs, c.training.batch_size, c.optimizer.lr, c.training.threads) == (7, 64, 0.02, 1)
+    assert c.training.seed == 9 and c.training.dropout == 0.25 and c.optimizer.weight_decay == 1e-4
+    assert [layer.size for layer in c.layers] == [64, 32, None]
+    assert c.layers[-1].activation == "softmax" and c.layers[-1].sampling == "dense"
+    assert c.data.normalize == "tfidf_l2" and c.eval.k == [1, 2]
+    assert not net.built
+
+
+def test_config_sources_and_override_errors(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("training:\n  epochs: 3\noptimizer:\n  lr: 0.005\n")
+    net = Network(str(p), epochs=5)
+    assert net.config.training.epochs == 5 and net.config.optimizer.lr == 0.005
+    assert Network({"training": {"epochs": 2}}).config.training.epochs == 2
+    assert Network(Config()).config.training.epochs == Config().training.epochs
+    with pytest.raises(TypeError, match="did you mean 'epochs'"):
+        Network(epoch=3)
+    with pytest.raises(ConfigError, match=r"training\.batch_size"):
+        Network(batch_size=0)
+    with pytest.raises(ConfigError, match="hidden"):
+        Network(hidden=[64, 0])
+
+
+def test_sampling_auto_uses_a_cost_model():
+    assert choose_sampling(Config(), 159) == ["dense", "dense"]
+    assert choose_sampling(Config(), 670_000) == ["dense", "lsh"]
+    c = Config.from_dict({"layers": [{"size": 128}, {"activation": "softmax", "sampling": "auto",
+                                                     "lsh": {"max_active": 0, "L": 400}}]})
+    # 400 tables x 128 per bucket would activate most of a 100K layer: dense is cheaper
+    assert choose_sampling(c, 100_000) == ["dense", "dense"]
+    with pytest.raises(ConfigError, match=r"layers\.0\.sampling"):
+        choose_sampling(Config.from_dict({"layers": [{"size": 128, "sampling": "lsh"},
+                                                     {"activation": "softmax"}]}), 1000)
+
+
+def test_eager_build_and_predict_checks(data):
+    train, test = data
+    net = small(num_features=300, num_labels=24)
+    assert net.built and net.step == 0
+    X = test[0]
+    labels, scores = net.predict(X, k=3)
+    assert labels.shape == (150, 3) and labels.dtype == np.int32 and scores.dtype == np.float32
+    assert np.all(np.diff(scores, axis=1) <= 0)
+    dense_labels, dense_scores = net.predict(X.toarray(), k=3)
+    np.testing.assert_array_equal(dense_labels, labels)
+    np.testing.assert_allclose(dense_scores, scores, rtol=1e-6)
+    with pytest.raises(ValueError, match="feature id 300.*300 features"):
+        net.predict(sp.csr_matrix(([1.0], ([0], [300])), shape=(1, 301)))
+    with pytest.raises(ValueError, match="k must be"):
+        net.predict(X, k=0)
+    with pytest.raises(ValueError, match="k must be"):
+        net.predict(X, k=25)
+    with pytest.raises(ValueError, match="mode"):
+        net.predict(X, mode="fast")
+    with pytest.raises(ValueError, match="2-D"):
+        net.predict(np.ones(300))
+    with pytest.raises(ValueError, match="dtype"):
+        net.predict(np.array([["a", "b"]]))
+    bad = X.copy()
+    bad.data[5] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        net.predict(bad)
+    with pytest.raises(RuntimeError, match="not been trained"):
+        small().predict(X)
+
+
+def test_fit_rejects_mismatched_data(data):
+    train, _ = data
+    with pytest.raises(ValueError, match="feature rows"):
+        small().fit((train[0], train[1][:10]))
+    with pytest.raises(TypeError, match="Dataset"):
+        small().fit(train[0])
+    net = small(epochs=1)
+    net.fit(train)
+    wide = sp.hstack([train[0], sp.csr_matrix((450, 5))]).tocsr()
+    with pytest.raises(ValueError, match="305 features"):
+        net.fit((wide, train[1]), epochs=2)
+
+def test_patience_without_validation_data_is_ignored(data, caplog):
+    train, _ = data
+    with caplog.at_level("WARNING", logger="slide"):
+        hist = small(patience=1, epochs=3).fit(train)
+    assert "patience=1 is ignored" in caplog.text
+    assert len(hist) == 3 and hist.best_epoch is None and not hist.stopped_early
+
+
+def test_dataset_objects_are_accepted(data):
+    if not hasattr(slide, "Dataset"):
+        pytest.skip("slide.Dataset not available in this build")
+    train, test = data
+    tr = slide.Dataset(train[0], train[1])
+    te = slide.Dataset(test[0], test[1])
+    net = small(epochs=1)
+    net.fit(tr, test=te)
+    assert net.evaluate(te) == net.evaluate(test)
+    np.testing.assert_array_equal(net.predict(te)[0], net.predict(test[0])[0])
+
+
+def params_of(net):
+    return {k: np.array(v) for k, v in net.parameters().items()}
+
+
+def assert_same_params(a, b):
+    pa, pb = params_of(a), params_of(b)
+    assert pa.keys() == pb.keys()
+    for k in pa:
+        np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
+
+
+@pytest.mark.parametrize("normalize", ["l2", "tfidf_l2"])
+def test_resume_is_bit_identical(data, tmp_path, normalize):
+    train, test = data
+    full = small(epochs=2, normalize=normalize, dropout=0.2)
+    full.fit(train)
+    half = small(epochs=2, normalize=normalize, dropout=0.2)
+    half.fit(train, epochs=1)
+    half.save(tmp_path / "half.npz")
+    resumed = Network.load(tmp_path / "half.npz")
+    assert resumed.epoch == 1 and resumed.step == 15
+    resumed.fit(train)                       # continues to training.epochs = 2
+    assert resumed.epoch == 2 and resumed.step == full.step
+    assert_same_params(full, resumed)
+    np.testing.assert_array_equal(full.predict(test[0])[1], resumed.predict(test[0])[1])
+
+
+def test_resume_mid_epoch_is_bit_identical(data, tmp_path):
+    train, _ = data
+    full = small(epochs=2)
+    full.fit(train)
+    part = small(epochs=2)
+    part.fit(train, callbacks=[callbacks.StopAfter(20)])   # stops 5 batches into epoch 2
+    assert part.step == 20 and part.epoch == 1
+    path = tmp_path / "mid.npz"
+    part.save(path)
+    resumed = Network.load(path)
+    resumed.fit(train)
+    assert resumed.step == full.step
+    assert_same_params(full, resumed)
+
+
+def test_save_is_atomic_and_load_restores_everything(data, tmp_path):
+    train, test = data
+    net = small(epochs=2, normalize="tfidf_l2")
+    net.fit(train, valid=test)
+    path = tmp_path / "net.npz"
+    path.write_bytes(b"old contents")
+    net.save(path)
+    assert sorted(os.listdir(tmp_path)) == ["net.npz"]     # no temporary file left behind
+    loaded = Network.load(path)
+    assert loaded.config.to_dict() == net.config.to_dict()
+    assert loaded.resolved_sampling == net.resolved_sampling
+    np.testing.assert_array_equal(loaded.label_counts, net.label_counts)
+    assert loaded.evaluate(test) == net.evaluate(test)
+    assert loaded.history.records == net.history.records
+    with pytest.raises(FileNotFoundError):
+        net.save(tmp_path / "no" / "such" / "dir.npz")
+    assert sorted(os.listdir(tmp_path)) == ["net.npz"]
+
+
+def test_load_rejects_bad_files(data, tmp_path):
+    train, _ = data
+    net = small(epochs=1)
+    net.fit(train)
+    good = tmp_path / "good.npz"
+    net.save(good)
+    raw = good.read_bytes()
+    trunc = tmp_path / "trunc.npz"
+    trunc.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(ValueError, match="trunc.npz"):
+        Network.load(trunc)
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"\x00" * 1000)
+    with pytest.raises(ValueError, match="junk.npz"):
+        Network.load(junk)
+    other = tmp_path / "other.npz"
+    np.savez(other, a=np.arange(3))
+    with pytest.raises(ValueError, match="other.npz.*not a slide network"):
+        Network.load(other)
+    # same file with another format version
+    newer = tmp_path / "newer.npz"
+    with zipfile.ZipFile(good) as zin, zipfile.ZipFile(newer, "w") as zout:
+        for item in zin.infolist():
+            body = zin.read(item.filename)
+            if item.filename == "meta.npy":
+                body = body.replace(f'"format_version": {FORMAT_VERSION}'.encode(),
+                                    f'"format_version": {FORMAT_VERSION + 1}'.encode())
+            zout.writestr(item, body)
+    with pytest.raises(ValueError, match=r"newer.npz.*format version 2"):
+        Network.load(newer)
+    with pytest.raises(FileNotFoundError, match="missing.npz"):
+        Network.load(tmp_path / "missing.npz")
+
+
+def test_early_stopping_restores_best_epoch(data):
+    train, test = data
+    # a tiny training set and a large learning rate overfit after a few epochs
+    tiny = (train[0][:120], train[1][:120])
+    net = small(epochs=12, lr=0.05, patience=2, batch_size=16, hidden=64)
+    hist = net.fit(tiny, valid=test)
+    scores = hist["valid/P@1"]
+    best = int(np.argmax(scores))
+    assert hist.best_score == scores[best]
+    assert hist.best_epoch == hist.records[best]["epoch"]
+    if hist.stopped_early:
+        assert len(scores) == best + 1 + 2        # patience evaluations after the best
+    assert net.evaluate(test)["P@1"] == pytest.approx(hist.best_score, abs=1e-12)
+    assert hist.restored_best
+
+
+def test_held_out_validation_fraction(data):
+    train, _ = data
+    net = small(epochs=1, valid_fraction=0.2)
+    hist = net.fit(train)
+    assert "valid/P@1" in hist.records[0]
+    assert int(net.label_counts.sum()) < int(train[1].sum())   # counts from the 80% trained on
+    assert net.step == int(np.ceil(360 / 32))
+
+
+def test_eval_every_and_lr_schedule(data):
+    train, _ = data
+    net = small(epochs=2, eval_every=5, warmup_steps=10, lr_decay=0.5)
+    hist = net.fit(train, valid=(train[0][:50], train[1][:50]))
+    steps = [r["step"] for r in hist.records]
+    assert steps == [5, 10, 15, 20, 25, 30]
+    assert hist.records[0]["lr"] == pytest.approx(0.01 * 5 / 10)
+    assert hist.records[1]["lr"] == pytest.approx(0.01)
+    assert hist.records[-1]["lr"] == pytest.approx(0.005)
+    assert hist.records[0]["epoch"] == pytest.approx(5 / 15)
+
+
+class Recorder(callbacks.Callback):
+    def __init__(self):
+        self.events = []
+
+    def on_train_begin(self, net):
+        self.events.append("begin")
+
+    def on_batch_end(self, net, step, loss):
+        assert np.isfinite(loss)
+        self.events.append("batch")
+
+    def on_evaluate(self, net, record):
+        self.events.append("eval")
+
+    def on_epoch_end(self, net, epoch):
+        self.events.append(f"epoch{epoch}")
+
+    def on_train_end(self, net, history):
+        self.events.append("end")
+
+
+def test_callbacks_order_and_stop(data):
+    train, test = data
+    rec = Recorder()
+    small(epochs=2).fit(train, test=test, callbacks=[rec])
+    assert rec.events == (["begin"] + ["batch"] * 15 + ["eval", "epoch1"]
+                          + ["batch"] * 15 + ["eval", "epoch2", "end"])
+
+    class StopAtEpoch(callbacks.Callback):
+        def on_epoch_end(self, net, epoch):
+            net.stop_training = True
+
+    net = small(epochs=5)
+    net.fit(train, callbacks=[StopAtEpoch()])
+    assert net.epoch == 1
+
+
+def test_keyboard_interrupt_leaves_network_usable(data, tmp_path):
+    train, test = data
+    rec = Recorder()
+
+    class Interrupt(callbacks.Callback):
+        def on_batch_end(self, net, step, loss):
+            if step == 7:
+                raise KeyboardInterrupt
+
+    net = small(epochs=3)
+    with pytest.raises(KeyboardInterrupt):
+        net.fit(train, callbacks=[rec, Interrupt()])
+    assert rec.events[-1] == "end" and net.history.interrupted
+    assert net.step == 7 and net.epoch == 0
+    assert net.predict(test[0], k=1)[0].shape == (150, 1)
+    net.save(tmp_path / "int.npz")
+    Network.load(tmp_path / "int.npz").fit(train)
+
+
+def test_checkpoint_callback(data, tmp_path):
+    train, _ = data
+    path = tmp_path / "ck.npz"
+    cb = callbacks.Checkpoint(path, every_epochs=1)
+    small(epochs=2).fit(train, callbacks=[cb])
+    assert cb.saved == 3 and Network.load(path).epoch == 2
+
+
+def test_memory_estimate_and_check():
+    cfg = Network(hidden=128).config
+    est = slide.memory.estimate(cfg, 100_000, 670_000)
+    assert set(est) == {"weights", "adam", "hash_tables", "batch", "total"}
+    assert est["total"] == sum(v for k, v in est.items() if k != "total")
+    # 100K x 128 + 128 x 670K weights (and biases), float32
+    assert est["weights"] == 4 * (100_000 * 128 + 128 + 128 * 670_000 + 670_000)
+    assert est["adam"] == 2 * est["weights"]
+    assert est["hash_tables"] > 0
+    dense = slide.memory.estimate(cfg, 100_000, 670_000, sampling=["dense", "dense"])
+    assert dense["hash_tables"] == 0 and dense["batch"] > est["batch"]
+    with pytest.raises(MemoryError, match=r"needs about .* only 1.0 MiB of memory is available"):
+        slide.memory.check_fits(Config(), 100_000, 670_000, available=1 << 20)
+
+
+@pytest.mark.parametrize("num_labels", [50, 30_000])
+def test_memory_estimate_agrees_with_the_engine(num_labels):
+    net = Network(hidden=64, threads=1, num_features=1000, num_labels=num_labels)
+    assert net.resolved_sampling == ["dense", "dense" if num_labels == 50 else "lsh"]
+    est = slide.memory.estimate(net.config, 1000, num_labels, sampling=net.resolved_sampling)
+    report = net.memory_report()
+    assert est["weights"] == report["weights"] and est["adam"] == report["optimizer"]
+    assert report["tables"] <= est["hash_tables"] <= 1.5 * report["tables"]
+
+
+def test_fit_checks_memory_before_allocating(data, monkeypatch):
+    import psutil
+
+    class Tiny:
+        available = 1 << 16
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Tiny())
+    net = small()
+    with pytest.raises(MemoryError, match="available"):
+        net.fit(data[0])
+    assert not net.built
+
+
+def test_two_networks_are_independent(data):
+    train, test = data
+    a = small(epochs=1, seed=1)
+    b = small(epochs=1, seed=2)
+    a.fit(train)
+    before = params_of(a)
+    b.fit(train)
+    after = params_of(a)
+    for k in before:
+        np.testing.assert_array_equal(before[k], after[k])
+    assert not np.array_equal(a.predict(test[0])[1], b.predict(test[0])[1])
+
+
+def test_eval_samples_limits_evaluation(data):
+    train, test = data
+    hist = small(epochs=1, eval_samples=40).fit(train, test=test)
+    # P@1 over 40 points moves in steps of 1/40
+    assert hist.records[0]["test/P@1"] * 40 == pytest.approx(round(hist.records[0]["test/P@1"] * 40))
+
+
+def test_progress_bar_reports_samples_and_loss(data):
+    import io
+
+    train, test = data
+    out = io.StringIO()
+    small(epochs=1).fit(train, test=test, callbacks=[callbacks.ProgressBar(file=out)])
+    text = out.getvalue()
+    assert "450/450" in text and "loss" in text
+
+
+def test_ctrl_c_during_training_stops_cleanly(data, tmp_path):
+    import _thread
+    import threading
+
+    train, test = data
+    net = small(epochs=10_000)
+    timer = threading.Timer(1.0, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            net.fit(train)
+    finally:
+        timer.cancel()
+    assert net.history.interrupted and 0 < net.step < 10_000 * 15
+    assert net.step == net.epoch * 15 + net._batch_in_epoch     # no half-counted batch
+    assert net.predict(test[0], k=2)[0].shape == (150, 2)
+    net.save(tmp_path / "stopped.npz")
+    assert Network.load(tmp_path / "stopped.npz").step == net.step
