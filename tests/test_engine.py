@@ -390,6 +390,10 @@ def test_bad_batches_raise_value_error_before_training():
     with pytest.raises(ValueError, match="step"):
         net.step = -1
     assert net.step == 0 and np.all(np.isfinite(net.parameters()["layers.0.weight"]))
+    # A schedule may decay the rate to zero: allowed, and the weights stay put.
+    w = net.parameters()["layers.0.weight"].copy()
+    net.train_batch(*x, *lab, rows, 0.0)
+    assert net.step == 1 and np.array_equal(w, net.parameters()["layers.0.weight"])
 
 
 def test_ctrl_c_interrupts_training_without_corrupting_the_network():
