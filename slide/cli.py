@@ -180,7 +180,7 @@ def cmd_train(args) -> int:
         f"P@{k} {summary[f'P@{k}']:.4f}" for k in ks if f"P@{k}" in summary))
     sps = summary.get("samples_per_second")
     print(f"train {summary['train_seconds']:.1f}s  " + (f"{sps:.0f} samples/s  " if sps else "")
-          + f"peak RSS {_fmt_bytes(summary['peak_rss_bytes'])}  best epoch {summary['best_epoch']}")
+          + f"peak RSS {_fmt_bytes(summary['peak_rss_bytes'])}  kept epoch {summary['kept_epoch']}")
     print(f"saved {run.path}")
     return 0
 

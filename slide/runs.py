@@ -441,17 +441,6 @@ class RunRecorder(Callback):
         self.checkpoint(net)
 
 
-def _best_epoch(records: Sequence[Dict[str, Any]], key: str = "P@1") -> Optional[int]:
-    best, best_epoch = None, None
-    for r in records:
-        v = r.get(key)
-        if v is None:
-            continue
-        if best is None or v > best:
-            best, best_epoch = v, r.get("epoch")
-    return best_epoch
-
-
 def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: Iterable = (),
               on_record: Optional[Callable[[Dict[str, Any]], None]] = None,
               data: Optional[tuple] = None) -> Dict[str, Any]:
@@ -487,12 +476,11 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
     net.save(run.model_path)  # atomic: temporary file, fsync, rename
 
     records = run.read_metrics()
-    # best validation epoch (the weights kept by restore_best); without validation
-    # data, the epoch of the best test P@1
-    best_epoch = history.best_epoch
-    if best_epoch is None:
-        best_epoch = _best_epoch(records)
     epochs_done = int(net.epoch)
+    # The epoch whose weights the model holds: the best validation evaluation when
+    # restore_best put it back, else the last one. Test scores never choose it.
+    restored = bool(getattr(history, "restored_best", False))
+    kept_epoch = history.best_epoch if (restored and history.best_epoch is not None) else epochs_done
     n_trained = len(train)
     if valid is None and config.data.valid_fraction > 0:  # rows held out by fit
         n_trained -= int(round(config.data.valid_fraction * len(train)))
@@ -504,7 +492,8 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
         "wall_seconds": wall_seconds,
         "samples_per_second": (epochs_done * n_trained / train_seconds) if train_seconds > 0 else None,
         "peak_rss_bytes": peak_rss_bytes(),
-        "best_epoch": best_epoch,
+        "best_epoch": history.best_epoch,
+        "kept_epoch": kept_epoch,
         "epochs": epochs_done,
         "steps": int(net.step),
         "resumed_from_step": start_step if resume else None,
