@@ -655,7 +655,59 @@ class Network:
             "best_epoch": self._best_epoch,
             "evals_since_best": self._evals_since_best,
             "history": self.history.to_dict(),
+            "next_rebuild": int(self._core.next_rebuild),
         }
+
+    def _lsh_layers(self) -> List[int]:
+        return [i for i, s in enumerate(self.resolved_sampling or ()) if s == "lsh"]
+
+    def _table_arrays(self) -> Dict[str, np.ndarray]:
+        """The LSH layers' hash tables as ``tables/<layer>/<name>`` arrays."""
+        out: Dict[str, np.ndarray] = {}
+        for i in self._lsh_layers():
+            for name, v in self._core.table_state(i).items():
+                out[f"tables/{i}/{name}"] = np.asarray(v, dtype=np.int64) if name == "num_rows" else v
+        return out
+
+    def _restore_tables(self, data: Dict[str, np.ndarray], meta: Dict[str, Any]) -> None:
+        """Puts back the hash tables and rebuild schedule saved by :meth:`save`.
+
+        Files written before tables were stored have none: the tables rebuilt from the loaded
+        weights stay, and the schedule follows from the step.
+        """
+        stored: Dict[int, Dict[str, Any]] = {}
+        for key, v in data.items():
+            if not key.startswith("tables/"):
+                continue
+            parts = key.split("/")
+            if len(parts) != 3 or not parts[1].isdigit():
+                raise ValueError(f"unexpected entry {key!r}")
+            stored.setdefault(int(parts[1]), {})[parts[2]] = v
+        lsh = self._lsh_layers()
+        for i in sorted(stored):
+            if i not in lsh:
+                raise ValueError(f"hash tables stored for layer {i}, which does not sample by LSH")
+        if stored:
+            for i in lsh:
+                if i not in stored:
+                    raise ValueError(f"hash tables of layer {i} are missing")
+                state = dict(stored[i])
+                rows = state.get("num_rows")
+                if rows is None:
+                    raise ValueError(f"hash tables of layer {i}: num_rows is missing")
+                if rows.shape != () or rows.dtype.kind not in "iu" or not -1 <= int(rows) < 2**31:
+                    raise ValueError(f"hash tables of layer {i}: num_rows must be one integer in "
+                                     f"-1..2^31-1, got {rows!r}")
+                state["num_rows"] = int(rows)
+                try:
+                    self._core.set_table_state(i, state)
+                except ValueError as e:
+                    raise ValueError(f"layer {i}: {e}") from None
+        if meta.get("next_rebuild") is not None:
+            nxt = meta["next_rebuild"]
+            if isinstance(nxt, bool) or not isinstance(nxt, int) or not -1 <= nxt < 2**63:
+                raise ValueError(f"next_rebuild must be an integer in -1..2^63-1, got {nxt!r}")
+            self._core.next_rebuild = nxt
 
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Write the network to one ``.npz`` file, atomically.
@@ -663,12 +715,10 @@ class Network:
         The file holds the configuration (YAML), the weights and Adam moments, the step, epoch
         and position inside the epoch, the normalisation statistics, the training label counts
         and the best-validation snapshot, so that :meth:`load` followed by :meth:`fit` continues
-        the run exactly: bit-identical with ``threads=1`` for networks of dense layers. LSH
-        layers' hash tables are not stored; :meth:`load` rebuilds them from the saved weights,
-        so an LSH run continues with equivalent (not identical) tables until its next scheduled
-        rebuild. The data is written to a temporary
-        file in the same folder, flushed to disk and renamed over ``path``: a crash leaves
-        either the old file or the new one, never a partial one.
+        the run exactly: bit-identical with ``threads=1``. LSH layers' hash tables are stored as
+        built at the last scheduled rebuild, with the step of the next one. The data is written
+        to a temporary file in the same folder, flushed to disk and renamed over ``path``: a
+        crash leaves either the old file or the new one, never a partial one.
         """
         self._require_built("save")
         path = os.fspath(path)
@@ -685,6 +735,7 @@ class Network:
             arrays["idf"] = self._idf
         if self._label_counts is not None:
             arrays["label_counts"] = self._label_counts
+        arrays.update(self._table_arrays())
         fd, tmp = tempfile.mkstemp(prefix=".slide-", suffix=".tmp", dir=folder)
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -748,6 +799,7 @@ class Network:
                 raise ValueError(f"missing parameters {sorted(missing)}")
             net._set_parameters(params)
             net._core.step = int(meta["step"])
+            net._restore_tables(data, meta)
             net.epoch = int(meta["epoch"])
             net._batch_in_epoch = int(meta["batch_in_epoch"])
             net._train_seconds = float(meta["train_seconds"])

@@ -229,6 +229,138 @@ def test_resume_mid_epoch_is_bit_identical(data, tmp_path):
     assert_same_params(full, resumed)
 
 
+def lsh_output(K=2, **kw):
+    """A small network whose output layer samples by LSH and rebuilds its tables often."""
+    cfg = {"layers": [{"size": 32},
+                      {"activation": "softmax", "sampling": "lsh",
+                       "lsh": {"K": K, "L": 4, "min_active": 4, "max_active": 10}}],
+           "training": {"epochs": 2, "batch_size": 32, "threads": 1, "seed": 3, "rebuild_first": 4}}
+    return Network(cfg, lr=0.01, **kw)
+
+
+@pytest.mark.parametrize("K", [2, 4])  # 6-bit ids (direct lookup) and 12-bit ids (hashed lookup)
+def test_resume_with_lsh_output_is_bit_identical(data, tmp_path, K):
+    """The hash tables and rebuild schedule travel with the checkpoint (15 batches per epoch:
+    the save falls between two rebuilds, so tables rebuilt from the weights would differ)."""
+    train, test = data
+    full = lsh_output(K)
+    full.fit(train)
+    half = lsh_output(K)
+    half.fit(train, epochs=1)
+    assert half.resolved_sampling == ["dense", "lsh"] and half.step == 15
+    half.save(tmp_path / "half.npz")
+    resumed = Network.load(tmp_path / "half.npz")
+    for name in ("num_rows", "table_offsets", "bucket_ids", "bucket_offsets", "items"):
+        np.testing.assert_array_equal(np.asarray(resumed._core.table_state(1)[name]),
+                                      np.asarray(half._core.table_state(1)[name]), err_msg=name)
+    assert resumed._core.next_rebuild == half._core.next_rebuild > 15
+    resumed.fit(train)
+    assert resumed.epoch == 2 and resumed.step == full.step == 30
+    assert_same_params(full, resumed)
+    for mode in ("exact", "lsh"):
+        a, b = full.predict(test[0], mode=mode), resumed.predict(test[0], mode=mode)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+
+
+def _npz_arrays(path):
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _damage(arrays, kind):
+    """Damages the stored hash tables of layer 1 in place."""
+    t = "tables/1/"
+    if kind == "item_out_of_range":
+        arrays[t + "items"] = arrays[t + "items"].copy()
+        arrays[t + "items"][0] = 10_000
+    elif kind == "offsets_not_monotone":
+        arrays[t + "bucket_offsets"] = arrays[t + "bucket_offsets"].copy()
+        arrays[t + "bucket_offsets"][1] = -5
+    elif kind == "table_offsets_short":
+        arrays[t + "table_offsets"] = arrays[t + "table_offsets"][:-1]
+    elif kind == "bucket_id_too_large":
+        arrays[t + "bucket_ids"] = arrays[t + "bucket_ids"].copy()
+        arrays[t + "bucket_ids"][0] = 2**30
+    elif kind == "wrong_dtype":
+        arrays[t + "bucket_ids"] = arrays[t + "bucket_ids"].astype(np.int64)
+    elif kind == "one_array_missing":
+        del arrays[t + "items"]
+    elif kind == "tables_of_a_dense_layer":
+        for k in [k for k in arrays if k.startswith(t)]:
+            arrays[k.replace(t, "tables/0/")] = arrays[k]
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("item_out_of_range", r"layer 1: hash tables: items\[0\]=10000 is out of range"),
+    ("offsets_not_monotone", r"layer 1: hash tables: bucket_offsets\[1\]=-5"),
+    ("table_offsets_short", r"layer 1: hash tables: table_offsets has 4 entries, expected L \+ 1 = 5"),
+    ("bucket_id_too_large", r"layer 1: hash tables: bucket_ids\[0\]=1073741824 is not below 2\^"),
+    ("wrong_dtype", r"layer 1: bucket_ids: expected a numpy array of uint32, got int64"),
+    ("one_array_missing", r"layer 1: items: missing"),
+    ("tables_of_a_dense_layer", r"hash tables stored for layer 0, which does not sample by LSH"),
+])
+def test_load_rejects_damaged_hash_tables(data, tmp_path, kind, message):
+    train, _ = data
+    net = lsh_output(epochs=1)
+    net.fit(train)
+    net.save(tmp_path / "good.npz")
+    arrays = _npz_arrays(tmp_path / "good.npz")
+    _damage(arrays, kind)
+    np.savez(tmp_path / "bad.npz", **arrays)
+    with pytest.raises(ValueError, match=f"bad.npz: .*{message}"):
+        Network.load(tmp_path / "bad.npz")
+
+
+def test_random_damage_to_hash_tables_never_crashes(data, tmp_path):
+    """Arbitrary values in the stored table arrays (in a file that is otherwise intact) are
+    refused with a ValueError naming the file, or form valid tables that predict."""
+    train, test = data
+    net = lsh_output(K=4, epochs=1)
+    net.fit(train)
+    net.save(tmp_path / "good.npz")
+    arrays = _npz_arrays(tmp_path / "good.npz")
+    names = ["tables/1/table_offsets", "tables/1/bucket_ids", "tables/1/bucket_offsets", "tables/1/items"]
+    rng = np.random.default_rng(0)
+    refused = 0
+    for trial in range(80):
+        damaged = dict(arrays)
+        name = names[trial % len(names)]
+        v = damaged[name].copy()
+        info = np.iinfo(v.dtype)
+        values = [info.min, info.max, -1, 0, 1, len(v), int(rng.integers(0, 64)), 2**31 - 1]
+        for _ in range(int(rng.integers(1, 3))):
+            v[rng.integers(0, len(v))] = np.array(values[rng.integers(0, len(values))]).astype(v.dtype)
+        damaged[name] = v
+        path = tmp_path / "damaged.npz"
+        np.savez(path, **damaged)
+        try:
+            back = Network.load(path)
+        except ValueError as e:
+            assert "damaged.npz" in str(e) and "hash tables" in str(e), str(e)
+            refused += 1
+            continue
+        labels, scores = back.predict(test[0], k=3, mode="lsh")
+        assert labels.max() < 24 and np.isfinite(scores).all()
+    assert refused >= 40
+
+
+def test_files_without_hash_tables_still_load(data, tmp_path):
+    """Files from before tables were stored load with tables rebuilt from their weights."""
+    train, test = data
+    net = lsh_output(epochs=1)
+    net.fit(train)
+    net.save(tmp_path / "new.npz")
+    old = tmp_path / "old.npz"
+    np.savez(old, **{k: v for k, v in _npz_arrays(tmp_path / "new.npz").items() if not k.startswith("tables/")})
+    with zipfile.ZipFile(old) as z:
+        assert not any(n.startswith("tables/") for n in z.namelist())
+    back = Network.load(old)
+    assert_same_params(net, back)
+    assert back.step == 15 and back._core.next_rebuild == net._core.next_rebuild
+    np.testing.assert_array_equal(back.predict(test[0])[0], net.predict(test[0])[0])
+
+
 def test_save_is_atomic_and_load_restores_everything(data, tmp_path):
     train, test = data
     net = small(epochs=2, normalize="tfidf_l2")

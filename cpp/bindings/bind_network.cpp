@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <set>
 #include <string>
 
@@ -170,6 +171,27 @@ slide::CsrView csr(const py::object& indptr, const py::object& indices, const py
   return c;
 }
 
+// A copy of a 1-D numpy array of exactly dtype T (checkpoint arrays: a wrong dtype means a
+// damaged file, so nothing is converted).
+template <class T>
+std::vector<T> vector_1d(const py::dict& d, const char* key, const char* dtype) {
+  if (!d.contains(key)) bad(key, "missing from the hash table state");
+  py::object o = d[key];
+  if (!py::isinstance<py::array_t<T>>(o))
+    bad(key, std::string("expected a numpy array of ") + dtype + ", got " +
+                 (py::isinstance<py::array>(o) ? std::string(py::str(o.attr("dtype"))) : type_name(o)));
+  auto a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(o);
+  if (!a || a.ndim() != 1) bad(key, "expected a 1-D array");
+  return std::vector<T>(a.data(), a.data() + a.shape(0));
+}
+
+template <class T>
+py::array_t<T> to_numpy(const std::vector<T>& v) {
+  py::array_t<T> a(static_cast<py::ssize_t>(v.size()));
+  if (!v.empty()) std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(T));
+  return a;
+}
+
 }  // namespace
 
 void bind_network(py::module_& m) {
@@ -267,6 +289,44 @@ run from several Python threads at once.)doc")
       .def_property_readonly("kernel_isa", [](const Network& n) { return std::string(n.kernel_isa()); })
       .def_property_readonly("input_dim", &Network::input_dim)
       .def_property_readonly("output_dim", &Network::output_dim)
-      .def_property_readonly("next_rebuild", &Network::next_rebuild,
-                             "Step at which the hash tables are rebuilt next (-1 without LSH layers).");
+      .def_property(
+          "next_rebuild", &Network::next_rebuild,
+          [](Network& n, const py::object& v) {
+            if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()))
+              bad("next_rebuild", "expected an integer, got " + type_name(v));
+            n.set_next_rebuild(v.cast<int64_t>());
+          },
+          "Step at which the hash tables are rebuilt next (-1 without LSH layers). Setting it "
+          "(after step) restores a saved schedule position.")
+      .def(
+          "table_state",
+          [](const Network& n, int layer) {
+            slide::LshTablesState s = n.table_state(layer);
+            py::dict d;
+            d["num_rows"] = s.num_rows;
+            d["table_offsets"] = to_numpy(s.table_offsets);
+            d["bucket_ids"] = to_numpy(s.bucket_ids);
+            d["bucket_offsets"] = to_numpy(s.bucket_offsets);
+            d["items"] = to_numpy(s.items);
+            return d;
+          },
+          py::arg("layer"),
+          "Copy of an LSH layer's hash tables: num_rows (int) and the arrays table_offsets "
+          "(int64, L + 1), bucket_ids (uint32), bucket_offsets (int64) and items (int32).")
+      .def(
+          "set_table_state",
+          [](Network& n, int layer, const py::dict& d) {
+            reject_unknown(d, {"num_rows", "table_offsets", "bucket_ids", "bucket_offsets", "items"}, "");
+            slide::LshTablesState s;
+            s.num_rows = get_int(d, "num_rows", "num_rows", 0, true);
+            s.table_offsets = vector_1d<int64_t>(d, "table_offsets", "int64");
+            s.bucket_ids = vector_1d<uint32_t>(d, "bucket_ids", "uint32");
+            s.bucket_offsets = vector_1d<int64_t>(d, "bucket_offsets", "int64");
+            s.items = vector_1d<int32_t>(d, "items", "int32");
+            py::gil_scoped_release release;
+            n.set_table_state(layer, s);
+          },
+          py::arg("layer"), py::arg("state"),
+          "Replace an LSH layer's hash tables with a state from table_state (validated: "
+          "ValueError naming the array on a mismatch; the tables are then unchanged).");
 }

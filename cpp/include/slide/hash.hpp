@@ -71,6 +71,17 @@ class HashFunction {
   int L_ = 0, range_pow_ = 0, dim_ = 0;
 };
 
+// The contents of LshTables in a portable form, for checkpoints: table t's occupied buckets
+// are bucket_ids[table_offsets[t] .. table_offsets[t+1]) (increasing), and bucket j holds
+// items[bucket_offsets[j] .. bucket_offsets[j+1]) in stored order.
+struct LshTablesState {
+  int64_t num_rows = -1;                // rows hashed by the last build; -1 = never built
+  std::vector<int64_t> table_offsets;   // L + 1 entries
+  std::vector<uint32_t> bucket_ids;     // occupied buckets of all tables
+  std::vector<int64_t> bucket_offsets;  // bucket_ids.size() + 1 entries
+  std::vector<int32_t> items;           // bucket members (row ids < num_rows)
+};
+
 // L tables of fixed-capacity buckets over num_items neurons. Memory is proportional to
 // num_items x L (occupied slots), not 2^range_pow x capacity x L.
 class LshTables {
@@ -96,6 +107,15 @@ class LshTables {
   size_t memory_bytes() const noexcept;
   // Fraction of 2^range_pow buckets that are non-empty, averaged over tables (diagnostics).
   double occupancy() const;
+  // A copy of the tables' contents; import_state(export_state()) restores tables whose
+  // every bucket() answer is identical.
+  LshTablesState export_state() const;
+  // Replaces the contents with `s` after checking it fits these tables: L + 1 monotone
+  // table offsets, bucket ids increasing within a table and < 2^range_pow, non-empty buckets
+  // of at most bucket_capacity items, item ids in 0..num_rows-1 and at most once per table,
+  // num_rows in -1..num_items. Throws InvalidArgument naming the array and index otherwise,
+  // leaving the tables unchanged.
+  void import_state(const LshTablesState& s);
 
  private:
   struct Impl;
@@ -120,6 +140,9 @@ class ActiveSetSampler {
   // truncated to max_active. No duplicates. `rng` drives reservoir/random choices.
   void select(const LshTables& tables, const uint32_t* buckets, const int32_t* forced, int n_forced,
               const SelectionParams& params, Rng& rng, std::vector<int32_t>& active);
+  // How many neurons the last select() added by the random fill: they are the last entries of
+  // `active`, drawn uniformly from the neurons not chosen before them.
+  int64_t filled() const noexcept;
 
  private:
   struct Impl;

@@ -135,11 +135,22 @@ class Network {
   std::vector<std::unique_ptr<Workspace>> workspaces_;
   std::vector<std::unique_ptr<SampleRecord>> records_;  // one per batch position, reused
   std::vector<const float*> vec_ptrs_;                  // optimizer scratch
+  std::vector<int32_t> batch_labels_;                   // train_batch scratch: the batch's labels
   int64_t sample_work_ = 0;  // estimated multiply-adds per sample
   int64_t step_ = 0;
   int64_t next_rebuild_ = -1;
   bool has_lsh_ = false;
   mutable std::shared_mutex mutex_;
+
+ public:
+  // Checkpoint access to the hash tables of layer `layer`, which must sample by LSH
+  // (InvalidArgument otherwise). set_table_state checks `state` as LshTables::import_state
+  // does and leaves the tables unchanged when it does not fit.
+  LshTablesState table_state(int layer) const;
+  void set_table_state(int layer, const LshTablesState& state);
+  // Restores the step of the next scheduled rebuild: > step() with LSH layers, -1 without
+  // (InvalidArgument otherwise). set_step derives it from the step; this keeps a saved one.
+  void set_next_rebuild(int64_t next);
 };
 
 }  // namespace slide

@@ -33,6 +33,7 @@ struct Network::Workspace {
   std::vector<std::unique_ptr<ActiveSetSampler>> samplers;
   std::vector<uint32_t> buckets;
   std::vector<int32_t> labels;
+  std::vector<int32_t> forced;  // training: own labels, then the batch's other labels
   std::vector<std::vector<int32_t>> touched;  // rows this thread marked in this batch
   std::vector<std::pair<float, int32_t>> heap;  // predict: top-k candidates
   std::vector<float> grad_row;                  // optimizer: one row's gradient
@@ -86,6 +87,7 @@ constexpr uint64_t kHashSalt = 0x48415348ull;     // hash functions
 constexpr uint64_t kTableSalt = 0x5441424cull;    // table rebuilds (reservoir choices)
 constexpr uint64_t kTrainSalt = 0x5452414eull;    // per-sample training streams
 constexpr uint64_t kPredictSalt = 0x50524544ull;  // per-sample prediction streams
+constexpr uint64_t kFillSalt = 0x46494c4cull;     // batch-shared active-set streams (training)
 constexpr int64_t kInitBlock = 256;               // rows per initialisation stream
 constexpr size_t kPrefetch = 4;                   // neurons ahead to prefetch in sparse loops
 // Below about this many multiply-adds a loop runs on the calling thread: waking a team
@@ -172,7 +174,8 @@ class InterruptPoller {
 // network's output layer.
 void forward(const std::vector<Layer>& layers, Network::Workspace& ws, const Kernels& kr,
              const int32_t* feat, const float* val, int64_t nnz, const int32_t* forced, int n_forced,
-             bool use_lsh, float dropout, Rng& rng, int upto = -1) {
+             bool use_lsh, float dropout, Rng& rng, int upto = -1, const Rng* shared_fill = nullptr,
+             const SelectionParams* out_selection = nullptr) {
   const int nl = static_cast<int>(layers.size());
   const int stop = upto < 0 ? nl : upto;
   for (int l = 0; l < stop; ++l) {
@@ -189,8 +192,15 @@ void forward(const std::vector<Layer>& layers, Network::Workspace& ws, const Ker
       const float* b = L.bias.data();
       if (L.lsh() && use_lsh) {
         L.hash->hash_dense(h, ws.buckets.data());
+        // Training draws the random part of the active set from a stream shared by the whole
+        // batch (each sample starts from the same state), so the samples share their random
+        // negatives, as in sampled softmax with batch-shared negatives (Jean et al., ACL 2015):
+        // the batch then touches about min_active random rows instead of batch x min_active,
+        // which is most of the optimizer's work on a wide output layer.
+        Rng fill = shared_fill ? *shared_fill : Rng(0);
         ws.samplers[l]->select(*L.tables, ws.buckets.data(), last ? forced : nullptr, last ? n_forced : 0,
-                               L.spec.selection, rng, ws.active[l]);
+                               last && out_selection ? *out_selection : L.spec.selection, shared_fill ? fill : rng,
+                               ws.active[l]);
         // Active rows are scattered over a large matrix: prefetch a few neurons ahead.
         const std::vector<int32_t>& A = ws.active[l];
         const size_t na = A.size();
@@ -411,7 +421,7 @@ namespace {
 // the sample's loss.
 float train_sample(std::vector<Layer>& layers, Network::Workspace& ws, Network::SampleRecord& rec,
                    const Kernels& kr, const CsrView& x, const CsrView& y, int64_t r, float inv_b, float dropout,
-                   Rng& rng) {
+                   Rng& rng, const Rng& shared_fill, const std::vector<int32_t>& batch_labels) {
   rec.clear();
   // Sorted unique labels: the target puts mass 1/|y| on each.
   ws.labels.assign(y.indices + y.indptr[r], y.indices + y.indptr[r + 1]);
@@ -423,15 +433,48 @@ float train_sample(std::vector<Layer>& layers, Network::Workspace& ws, Network::
   const int32_t* feat = x.indices + x.indptr[r];
   const float* val = x.values + x.indptr[r];
   const int64_t nnz = x.indptr[r + 1] - x.indptr[r];
-  forward(layers, ws, kr, feat, val, nnz, ws.labels.data(), n_lab, true, dropout, rng);
-
   const int nl = static_cast<int>(layers.size());
   Layer& out = layers[nl - 1];
   const bool sampled = out.lsh();
+  // A hash-sampled output layer also scores every other label of the batch (in-batch
+  // negatives, as in Yi et al., RecSys 2019; kept unweighted like hash candidates). The
+  // labels that appear most often are then negatives in nearly every batch and get the
+  // gradient a full softmax would give them, instead of one only when the uniform fill hits
+  // them: without this a short run ranks the most frequent labels first for every input.
+  // They do not count against min_active / max_active. min_active = 0 turns them off.
+  SelectionParams sel = out.spec.selection;
+  const int32_t* forced = ws.labels.data();
+  int n_forced = n_lab;
+  if (sampled && sel.min_active > 0 && !batch_labels.empty()) {
+    ws.forced.assign(ws.labels.begin(), ws.labels.end());
+    for (int32_t j : batch_labels)
+      if (!std::binary_search(ws.labels.begin(), ws.labels.end(), j)) ws.forced.push_back(j);
+    forced = ws.forced.data();
+    n_forced = static_cast<int>(ws.forced.size());
+    sel.min_active += n_forced;
+    if (sel.max_active > 0) sel.max_active += n_forced;
+  }
+  forward(layers, ws, kr, feat, val, nnz, forced, n_forced, true, dropout, rng, -1, &shared_fill, &sel);
+
   std::vector<float>& z = ws.out[nl - 1];
   const std::vector<int32_t>& A = ws.active[nl - 1];
   const size_t m = z.size();
 
+  // The random fill stands for every neuron outside the labels and the hash candidates: each
+  // of its n_fill members, drawn uniformly from those N - chosen neurons, gets weight
+  // (N - chosen) / n_fill in the softmax normaliser (a log-weight on its logit). This is the
+  // sampled-softmax correction for uniform proposals (Bengio & Senecal, IEEE TNN 2008; Jean et
+  // al., ACL 2015): the normaliser then estimates the full one, so the far more numerous
+  // unsampled labels push scores down as they would in a full softmax. Without it a wide layer
+  // drifts to scoring its most frequent labels first for every input.
+  if (sampled) {
+    const int64_t n_fill = ws.samplers[nl - 1]->filled();
+    const int64_t chosen = static_cast<int64_t>(m) - n_fill;
+    if (n_fill > 0 && out.out_dim - chosen > n_fill) {
+      const float log_w = static_cast<float>(std::log(static_cast<double>(out.out_dim - chosen) / n_fill));
+      for (size_t i = static_cast<size_t>(chosen); i < m; ++i) z[i] += log_w;
+    }
+  }
   // Softmax over the active set, in a numerically safe form.
   float mx = z[0];
   for (size_t i = 1; i < m; ++i) mx = std::max(mx, z[i]);
@@ -551,6 +594,18 @@ float Network::train_batch(const CsrView& x, const CsrView& y, const int64_t* ro
   ExceptionCatcher catcher;
   double total = 0.0;
   std::vector<Layer>& layers = layers_;
+  const Rng shared_fill(stream_seed(spec_.seed, kFillSalt, static_cast<uint64_t>(t)));
+  // The batch's labels, sorted and unique (in-batch negatives of a hash-sampled output layer).
+  std::vector<int32_t>& batch_labels = batch_labels_;
+  batch_labels.clear();
+  if (layers_.back().lsh() && layers_.back().spec.selection.min_active > 0) {
+    for (int64_t i = 0; i < b; ++i) {
+      const int64_t r = rows[i];
+      batch_labels.insert(batch_labels.end(), y.indices + y.indptr[r], y.indices + y.indptr[r + 1]);
+    }
+    std::sort(batch_labels.begin(), batch_labels.end());
+    batch_labels.erase(std::unique(batch_labels.begin(), batch_labels.end()), batch_labels.end());
+  }
 #pragma omp parallel num_threads(threads_) reduction(+ : total) if (b * sample_work_ > kParallelWork)
   {
     Workspace& ws = *workspaces_[omp_get_thread_num()];
@@ -559,7 +614,8 @@ float Network::train_batch(const CsrView& x, const CsrView& y, const int64_t* ro
       if (catcher.failed() || poller.should_stop()) continue;
       catcher.run([&] {
         Rng rng(stream_seed(spec_.seed, kTrainSalt, static_cast<uint64_t>(t), static_cast<uint64_t>(i)));
-        total += train_sample(layers, ws, *records_[i], kr, x, y, rows[i], inv_b, dropout, rng);
+        total += train_sample(layers, ws, *records_[i], kr, x, y, rows[i], inv_b, dropout, rng, shared_fill,
+                              batch_labels);
       });
     }
   }
@@ -1007,5 +1063,35 @@ MemoryReport Network::memory_report() const {
 }
 
 const char* Network::kernel_isa() const noexcept { return kernels().isa; }
+
+// ------------------------------------------------------------------ checkpoint access
+
+namespace {
+const Layer& lsh_layer(const std::vector<Layer>& layers, int layer) {
+  if (layer < 0 || layer >= static_cast<int>(layers.size()))
+    throw InvalidArgument("layer " + std::to_string(layer) + " out of range 0.." + std::to_string(layers.size() - 1));
+  if (!layers[layer].lsh()) throw InvalidArgument("layer " + std::to_string(layer) + " does not sample by LSH");
+  return layers[layer];
+}
+}  // namespace
+
+LshTablesState Network::table_state(int layer) const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  return lsh_layer(layers_, layer).tables->export_state();
+}
+
+void Network::set_table_state(int layer, const LshTablesState& state) {
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  lsh_layer(layers_, layer).tables->import_state(state);
+}
+
+void Network::set_next_rebuild(int64_t next) {
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  if (has_lsh_ ? next <= step_ : next != -1)
+    throw InvalidArgument("next_rebuild: must be " +
+                          (has_lsh_ ? "> step=" + std::to_string(step_) : std::string("-1 without LSH layers")) +
+                          ", got " + std::to_string(next));
+  next_rebuild_ = next;
+}
 
 }  // namespace slide

@@ -22,6 +22,7 @@ constexpr int kPrefetch = 16;    // candidate visits between a slot's prefetch a
 
 struct ActiveSetSampler::Impl {
   int64_t num_items = 0;
+  int64_t filled = 0;  // random-fill neurons added by the last call
   uint32_t epoch = 0;
   // Per neuron, stamp == epoch: seen in the current call; count: tables it was found in
   // (kForced for forced ones). Kept side by side so a visit touches one cache line.
@@ -72,6 +73,7 @@ void ActiveSetSampler::select(const LshTables& tables, const uint32_t* buckets, 
     throw InvalidArgument("threshold=" + std::to_string(params.threshold) + " must be at least 1");
   im.next_epoch();
   active.clear();
+  im.filled = 0;
 
   // 1. Forced neurons, in order, de-duplicated; always kept.
   for (int f = 0; f < n_forced; ++f) {
@@ -190,7 +192,10 @@ void ActiveSetSampler::select(const LshTables& tables, const uint32_t* buckets, 
       take_random(im.candidates, 0, im.candidates.size(), static_cast<size_t>(need));
       for (size_t k = before; k < active.size(); ++k) im.mark(active[k], kForced);
     }
+    im.filled = static_cast<int64_t>(active.size()) - (target - need);
   }
 }
+
+int64_t ActiveSetSampler::filled() const noexcept { return impl_->filled; }
 
 }  // namespace slide

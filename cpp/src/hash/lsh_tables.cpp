@@ -70,6 +70,7 @@ struct LshTables::Impl {
   LshParams params;
   int range_pow = 0;
   int64_t num_items = 0;
+  int64_t built_rows = -1;  // rows of the last build (-1 before the first)
   std::vector<Table> tables;
 
   // Builds table t from the bucket ids of all rows (col[i] for row i).
@@ -117,7 +118,15 @@ struct LshTables::Impl {
       a = b;
     }
     out.shrink_to_fit();
-    tab.occupied = static_cast<int64_t>(s.run_keys.size());
+    index_table(tab, s.run_keys.data(), s.run_offsets.data(), s.run_keys.size(), n);
+  }
+
+  // Builds the lookup structure of `tab`, whose items are already stored: occupied bucket r
+  // (of `runs`, increasing ids run_keys[r]) starts at items[run_offsets[r]]. `n` is the
+  // number of rows the table was built from (it decides direct versus map lookup).
+  void index_table(Table& tab, const uint32_t* run_keys, const uint32_t* run_offsets, size_t runs, int64_t n) const {
+    const std::vector<int32_t>& out = tab.items;
+    tab.occupied = static_cast<int64_t>(runs);
     const uint64_t n_ids = uint64_t{1} << range_pow;
     // Direct indexing costs 4 bytes per possible id: take it only while that stays O(num_items).
     tab.direct = n_ids <= 2 * static_cast<uint64_t>(n) + 1024;
@@ -125,21 +134,21 @@ struct LshTables::Impl {
       tab.offsets.assign(n_ids + 1, 0);
       size_t r = 0;
       for (uint64_t id = 0; id <= n_ids; ++id) {
-        while (r < s.run_keys.size() && s.run_keys[r] < id) ++r;
-        tab.offsets[id] = r < s.run_keys.size() ? s.run_offsets[r] : static_cast<uint32_t>(out.size());
+        while (r < runs && run_keys[r] < id) ++r;
+        tab.offsets[id] = r < runs ? run_offsets[r] : static_cast<uint32_t>(out.size());
       }
     } else {
-      tab.offsets.assign(s.run_offsets.begin(), s.run_offsets.end());
+      tab.offsets.assign(run_offsets, run_offsets + runs);
       tab.offsets.push_back(static_cast<uint32_t>(out.size()));
       size_t slots = 16;
-      while (slots < 2 * s.run_keys.size()) slots <<= 1;
+      while (slots < 2 * runs) slots <<= 1;
       tab.mask = static_cast<uint32_t>(slots - 1);
       tab.slot_key.assign(slots, kEmptySlot);
       tab.slot_index.assign(slots, 0);
-      for (size_t r = 0; r < s.run_keys.size(); ++r) {
-        uint32_t p = slot_of(s.run_keys[r], tab.mask);
+      for (size_t r = 0; r < runs; ++r) {
+        uint32_t p = slot_of(run_keys[r], tab.mask);
         while (tab.slot_key[p] != kEmptySlot) p = (p + 1) & tab.mask;
-        tab.slot_key[p] = s.run_keys[r];
+        tab.slot_key[p] = run_keys[r];
         tab.slot_index[p] = static_cast<uint32_t>(r);
       }
     }
@@ -209,6 +218,7 @@ void LshTables::build(const HashFunction& h, const float* rows, int64_t num_rows
       catcher.run([&] { im.build_table(t, ids.data() + static_cast<size_t>(t) * num_rows, num_rows, seed, scratch); });
   }
   catcher.rethrow();
+  im.built_rows = num_rows;
 }
 
 std::pair<const int32_t*, int> LshTables::bucket(int t, uint32_t id) const {
@@ -249,6 +259,107 @@ double LshTables::occupancy() const {
   double sum = 0;
   for (const Table& t : im.tables) sum += static_cast<double>(t.occupied) / n_ids;
   return im.tables.empty() ? 0.0 : sum / static_cast<double>(im.tables.size());
+}
+
+LshTablesState LshTables::export_state() const {
+  const Impl& im = *impl_;
+  LshTablesState s;
+  s.num_rows = im.built_rows;
+  s.table_offsets.push_back(0);
+  for (const Table& tab : im.tables) {
+    if (tab.direct) {
+      // Occupied ids are those with a non-empty range, in increasing id order.
+      for (size_t id = 0; id + 1 < tab.offsets.size(); ++id) {
+        if (tab.offsets[id + 1] == tab.offsets[id]) continue;
+        s.bucket_ids.push_back(static_cast<uint32_t>(id));
+        s.bucket_offsets.push_back(static_cast<int64_t>(s.items.size()) + tab.offsets[id]);
+      }
+    } else {
+      // Map tables store their runs in increasing id order; recover each run's id from the slots.
+      std::vector<uint32_t> keys(static_cast<size_t>(tab.occupied));
+      for (size_t p = 0; p < tab.slot_key.size(); ++p)
+        if (tab.slot_key[p] != kEmptySlot) keys[tab.slot_index[p]] = tab.slot_key[p];
+      for (size_t r = 0; r < keys.size(); ++r) {
+        s.bucket_ids.push_back(keys[r]);
+        s.bucket_offsets.push_back(static_cast<int64_t>(s.items.size()) + tab.offsets[r]);
+      }
+    }
+    s.items.insert(s.items.end(), tab.items.begin(), tab.items.end());
+    s.table_offsets.push_back(static_cast<int64_t>(s.bucket_ids.size()));
+  }
+  s.bucket_offsets.push_back(static_cast<int64_t>(s.items.size()));
+  return s;
+}
+
+void LshTables::import_state(const LshTablesState& s) {
+  Impl& im = *impl_;
+  const int L = im.params.L;
+  auto bad = [](const std::string& what) { throw InvalidArgument("hash tables: " + what); };
+  auto str = [](int64_t v) { return std::to_string(v); };
+  if (s.num_rows < -1 || s.num_rows > im.num_items)
+    bad("num_rows=" + str(s.num_rows) + " must be in -1.." + str(im.num_items));
+  if (s.table_offsets.size() != static_cast<size_t>(L) + 1)
+    bad("table_offsets has " + str(static_cast<int64_t>(s.table_offsets.size())) + " entries, expected L + 1 = " +
+        str(L + 1));
+  const int64_t n_buckets = static_cast<int64_t>(s.bucket_ids.size());
+  const int64_t n_items = static_cast<int64_t>(s.items.size());
+  if (s.bucket_offsets.size() != s.bucket_ids.size() + 1)
+    bad("bucket_offsets has " + str(static_cast<int64_t>(s.bucket_offsets.size())) + " entries, expected " +
+        str(n_buckets + 1) + " (one more than bucket_ids)");
+  if (s.table_offsets[0] != 0) bad("table_offsets[0]=" + str(s.table_offsets[0]) + " must be 0");
+  if (s.table_offsets[L] != n_buckets)
+    bad("table_offsets[" + str(L) + "]=" + str(s.table_offsets[L]) + " must equal the " + str(n_buckets) +
+        " bucket ids");
+  for (int t = 0; t < L; ++t)
+    if (s.table_offsets[t + 1] < s.table_offsets[t])
+      bad("table_offsets[" + str(t + 1) + "]=" + str(s.table_offsets[t + 1]) + " is below table_offsets[" + str(t) +
+          "]=" + str(s.table_offsets[t]));
+  if (s.bucket_offsets[0] != 0) bad("bucket_offsets[0]=" + str(s.bucket_offsets[0]) + " must be 0");
+  if (s.bucket_offsets[n_buckets] != n_items)
+    bad("bucket_offsets[" + str(n_buckets) + "]=" + str(s.bucket_offsets[n_buckets]) + " must equal the " +
+        str(n_items) + " items");
+  const int cap = im.params.bucket_capacity;
+  for (int64_t j = 0; j < n_buckets; ++j) {
+    // Compared before subtracting: offsets[j] is known to be in range, offsets[j + 1] is not.
+    if (s.bucket_offsets[j + 1] <= s.bucket_offsets[j] || s.bucket_offsets[j + 1] - s.bucket_offsets[j] > cap)
+      bad("bucket_offsets[" + str(j + 1) + "]=" + str(s.bucket_offsets[j + 1]) + " after " +
+          str(s.bucket_offsets[j]) + ": bucket " + str(j) + " must hold 1.." + str(cap) + " items");
+  }
+  const uint64_t n_ids = uint64_t{1} << im.range_pow;
+  if (s.num_rows < 0 && (n_buckets != 0 || n_items != 0)) bad("num_rows=-1 (never built) but buckets are stored");
+  // Per table: ids increasing and in range, items in range and not repeated.
+  std::vector<int64_t> seen(static_cast<size_t>(std::max<int64_t>(s.num_rows, 0)), -1);
+  for (int t = 0; t < L; ++t) {
+    for (int64_t j = s.table_offsets[t]; j < s.table_offsets[t + 1]; ++j) {
+      if (s.bucket_ids[j] >= n_ids)
+        bad("bucket_ids[" + str(j) + "]=" + str(s.bucket_ids[j]) + " is not below 2^" + str(im.range_pow));
+      if (j > s.table_offsets[t] && s.bucket_ids[j] <= s.bucket_ids[j - 1])
+        bad("bucket_ids[" + str(j) + "]=" + str(s.bucket_ids[j]) + " does not increase within table " + str(t));
+      for (int64_t i = s.bucket_offsets[j]; i < s.bucket_offsets[j + 1]; ++i) {
+        const int32_t v = s.items[i];
+        if (v < 0 || v >= s.num_rows)
+          bad("items[" + str(i) + "]=" + str(v) + " is out of range 0.." + str(s.num_rows - 1));
+        if (seen[v] == t) bad("items[" + str(i) + "]=" + str(v) + " appears twice in table " + str(t));
+        seen[v] = t;
+      }
+    }
+  }
+
+  std::vector<Table> tables(static_cast<size_t>(L));
+  if (s.num_rows >= 0) {
+    std::vector<uint32_t> run_offsets;
+    for (int t = 0; t < L; ++t) {
+      const int64_t b0 = s.table_offsets[t], b1 = s.table_offsets[t + 1];
+      const int64_t i0 = s.bucket_offsets[b0], i1 = s.bucket_offsets[b1];
+      Table& tab = tables[t];
+      tab.items.assign(s.items.begin() + i0, s.items.begin() + i1);
+      run_offsets.clear();
+      for (int64_t j = b0; j < b1; ++j) run_offsets.push_back(static_cast<uint32_t>(s.bucket_offsets[j] - i0));
+      im.index_table(tab, s.bucket_ids.data() + b0, run_offsets.data(), run_offsets.size(), s.num_rows);
+    }
+  }
+  im.tables.swap(tables);
+  im.built_rows = s.num_rows;
 }
 
 }  // namespace slide
