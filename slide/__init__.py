@@ -13,4 +13,5 @@ from . import metrics, datasets
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "ConfigError", "Dataset", "DataError", "load_dataset", "__version__"]
+__all__ = ["Config", "ConfigError", "Dataset", "DataError", "load_dataset", "Network", "History",
+           "callbacks", "metrics", "datasets", "__version__"]

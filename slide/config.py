@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import difflib
 import os
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional, Union, get_args, get_origin, get_type_hints
 
@@ -95,8 +96,8 @@ class OptimizerConfig:
 class TrainingConfig:
     epochs: int = _f(10, "passes over the training set", min=1)
     batch_size: int = _f(128, "samples per batch (run in parallel, HOGWILD)", min=1)
-    threads: int = _f(0, "CPU threads; 0 = all cores", min=0)
-    seed: int = _f(0, "seed for shuffling, initialisation and hashing", min=0)
+    threads: int = _f(0, "CPU threads; 0 = all cores", min=0, max=1024)
+    seed: int = _f(0, "seed for shuffling, initialisation and hashing", min=0, max=2**63 - 1)
     dropout: float = _f(0.6, "dropout on hidden layer outputs during training", min=0.0, lt=1.0)
     rebuild_first: int = _f(50, "hash tables are first rebuilt after this many batches", min=1)
     rebuild_decay: float = _f(0.1, "each later rebuild gap grows by exp(rebuild_decay)", min=0.0)
@@ -145,9 +146,16 @@ class Config:
                 d = yaml.safe_load(fh)
             except yaml.YAMLError as e:
                 raise ConfigError(f"{path}: not valid YAML: {e}") from None
+            except UnicodeDecodeError as e:
+                raise ConfigError(f"{path}: not a UTF-8 text file (byte {e.start}): {e.reason}") from None
+            except RecursionError:
+                raise ConfigError(f"{path}: YAML nested too deeply to be a configuration") from None
         if d is not None and not isinstance(d, dict):
             raise ConfigError(f"{path}: top level must be a mapping of sections, got {type(d).__name__}")
-        cfg = cls.from_dict(d, source=path)
+        try:
+            cfg = cls.from_dict(d, source=path)
+        except RecursionError:
+            raise ConfigError(f"{path}: YAML nested too deeply to be a configuration") from None
         base = os.path.dirname(os.path.abspath(path))
         for key in ("train", "test", "valid"):
             p = getattr(cfg.data, key)
@@ -348,7 +356,7 @@ def _assign(d: Any, dotted: str, value: Any) -> None:
         last = i == len(parts) - 1
         where = ".".join(parts[: i + 1])
         if isinstance(cur, list):
-            if not p.lstrip("-").isdigit():
+            if not re.fullmatch(r"-?[0-9]+", p):
                 raise ConfigError(f"--set: {where}: list items are addressed by index")
             idx = int(p)
             if not -len(cur) <= idx < len(cur):

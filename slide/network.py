@@ -325,9 +325,9 @@ class Network:
 
     def _check_features(self, X: sp.csr_matrix, what: str) -> None:
         if X.indices.size and int(X.indices.max()) >= self.num_features:
-            row = int(np.searchsorted(X.indptr, int(np.argmax(X.indices >= self.num_features)),
-                                      side="right")) - 1
-            bad = int(X.indices.max())
+            first = int(np.argmax(X.indices >= self.num_features))
+            row = int(np.searchsorted(X.indptr, first, side="right")) - 1
+            bad = int(X.indices[first])
             raise ValueError(f"{what}: feature id {bad} (row {row}) is out of range: the network "
                              f"has {self.num_features} features")
         if X.data.size and not np.all(np.isfinite(X.data)):
@@ -771,7 +771,9 @@ class Network:
         try:
             with np.load(path, allow_pickle=False) as z:
                 data = {k: z[k] for k in z.files}
-        except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, zipfile.LargeZipFile) as e:
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, zipfile.LargeZipFile,
+                NotImplementedError, RuntimeError) as e:
+            # damaged zip headers surface as any of these (e.g. an unknown compression method)
             raise ValueError(f"{path}: not a readable slide network file (truncated or corrupt): "
                              f"{e}") from None
         if "meta" not in data:

@@ -24,7 +24,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from .callbacks import Callback
 from .config import Config
@@ -179,12 +179,16 @@ def load_run_data(config: Config):
     """Load the train / valid / test sets a configuration names (None where not given)."""
     from .data import load_dataset
 
-    def load(path):
+    def load(path, like=None):
         if not path:
             return None
-        return load_dataset(path, format=config.data.format, cache=config.data.cache)
+        # valid/test must fit the training set's dimensions: the reader then names the
+        # first offending line of the file instead of a later shape error
+        dims = {} if like is None else {"num_features": like.num_features, "num_labels": like.num_labels}
+        return load_dataset(path, format=config.data.format, cache=config.data.cache, **dims)
 
-    return load(config.data.train), load(config.data.valid), load(config.data.test)
+    train = load(config.data.train)
+    return train, load(config.data.valid, train), load(config.data.test, train)
 
 
 # ---------------------------------------------------------------------- checkpoints

@@ -29,8 +29,9 @@ def test_fuzz_target_finds_nothing(target, tmp_path):
     assert rc == 0 and not crashes, (
         f"fuzz target {target} found a problem; inputs kept: {crashes}\n"
         f"replay: python {FUZZ / f'fuzz_{target}.py'} <input>\n{output[-6000:]}")
-    # the run really executed inputs (a target that fails to start would also exit 0)
-    assert n >= 50, f"only {n} inputs executed:\n{output[-3000:]}"
+    # the run really executed inputs (a target that fails to start would also exit 0);
+    # a sanitized build runs only a few dozen in the budget
+    assert n >= 10, f"only {n} inputs executed:\n{output[-3000:]}"
 
 
 @pytest.mark.parametrize("failure", ["exception", "segfault"])

@@ -289,9 +289,9 @@ def test_cli_refuses_a_test_file_wider_than_train_before_training(tmp_path):
     test = _bibtex_head(tmp_path / "test.txt", 20, num_features=2000, replace={3: "3 7:1 1900:1"})
     cfg = bibtex_config(tmp_path / "c.yaml", epochs=1, test=test)
     r = run_cli("train", cfg, "--out", tmp_path / "run", "--quiet", cwd=tmp_path)
-    assert r.returncode != 0
-    assert "1900" in r.stderr, r.stderr
-    assert not (tmp_path / "run" / "model.slide").exists()
+    assert r.returncode == 2, r.stderr
+    assert "test.txt:5:" in r.stderr and "1900" in r.stderr, r.stderr
+    assert not (tmp_path / "run").exists()  # refused before the run folder was made
 
 
 def test_error_inside_the_parallel_reader_reaches_python_with_the_first_bad_line(tmp_path):
@@ -427,3 +427,10 @@ def test_sigint_during_fit_stops_within_a_second_and_the_network_saves(tmp_path)
     step = int(out.split("saved", 1)[1].split()[0])
     back = slide.Network.load(model)
     assert back.step == step > 3
+
+
+def test_out_of_range_feature_error_names_the_first_offender():
+    net = slide.Network(num_features=40, num_labels=5, threads=1)
+    X = sp.csr_matrix((np.ones(2, np.float32), (np.array([0, 1]), np.array([45, 90]))), shape=(2, 100))
+    with pytest.raises(ValueError, match=r"feature id 45 \(row 0\)"):
+        net.predict(X)

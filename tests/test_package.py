@@ -43,3 +43,22 @@ def test_overrides_address_nested_keys_and_list_items():
     assert c.training.epochs == 3 and c.layers[1].sampling == "lsh" and c.layers[1].lsh.K == 4
     with pytest.raises(ConfigError, match="unknown key 'training.epoch'"):
         Config().with_overrides(["training.epoch=3"])
+
+
+def test_config_files_that_are_not_configs_raise_config_errors(tmp_path):
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(b"\xff\xfe training: {}")
+    with pytest.raises(ConfigError, match="latin1.yaml: not a UTF-8 text file"):
+        Config.from_yaml(bad)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("[" * 5000)
+    with pytest.raises(ConfigError, match="deep.yaml: YAML nested too deeply"):
+        Config.from_yaml(deep)
+    with pytest.raises(ConfigError, match="list items are addressed by index"):
+        Config().with_overrides(["layers.--0.size=3"])
+
+
+@pytest.mark.parametrize("key, value", [("threads", 60000), ("seed", 2**64)])
+def test_limits_that_would_kill_the_engine_are_refused(key, value):
+    with pytest.raises(ConfigError, match=rf"training\.{key}: must be <="):
+        Config.from_dict({"training": {key: value}})

@@ -5,7 +5,10 @@
 namespace slide {
 
 int resolve_threads(int requested) noexcept {
-  if (requested > 0) return requested;
+  // Far beyond any machine, and libgomp aborts the process on absurd team sizes; configs
+  // are refused above this with a clear error before they get here.
+  constexpr int kMaxThreads = 1024;
+  if (requested > 0) return requested < kMaxThreads ? requested : kMaxThreads;
   int n = omp_get_num_procs();
   return n > 0 ? n : 1;
 }

@@ -113,21 +113,7 @@ def _names_file(e: BaseException):
     return None
 
 
-def _zipfile_error_escapes_load(e: BaseException) -> bool:
-    # Reported: Network.load catches BadZipFile/EOFError/OSError/ValueError/KeyError, but
-    # zipfile also raises NotImplementedError ("zip file version 18.6", "compressed
-    # patched data (flag bit 5)", unknown compression method) and RuntimeError (member
-    # flagged encrypted) for damaged headers; they escape without the file name.
-    return (isinstance(e, (NotImplementedError, RuntimeError)) and innermost_file_is_zipfile(e)
-            and _harness.passed_through(e, "slide/network.py", ("load", "<dictcomp>")))
-
-
-def innermost_file_is_zipfile(e: BaseException) -> bool:
-    return os.path.basename(_harness.innermost_file(e)) == "zipfile.py"
-
-
-one_input = _harness.guard(_one, (ValueError, MemoryError), check_message=_names_file,
-                           known=[_zipfile_error_escapes_load])
+one_input = _harness.guard(_one, (ValueError, MemoryError), check_message=_names_file)
 
 if __name__ == "__main__":
     work = _harness.scratch_dir()

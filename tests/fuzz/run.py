@@ -40,7 +40,9 @@ def command(target: str, out_dir: str, *, seconds: float = 0, runs: int = 0, ext
     if os.path.exists(dict_path):
         cmd.append(f"-dict={dict_path}")
     cmd += list(extra)
-    cmd += [corpus, os.path.join(HERE, "corpus", target)]
+    seeds = os.path.join(HERE, "corpus", target)
+    # git keeps no empty folders: the checkpoint target builds its seeds at start-up
+    cmd += [corpus] + ([seeds] if os.path.isdir(seeds) else [])
     return cmd
 
 
