@@ -168,6 +168,25 @@ def test_result_does_not_depend_on_the_thread_count(sampling):
         assert np.array_equal(runs[0][k], runs[1][k]), k
 
 
+def test_wide_sampled_layer_learns_and_does_not_depend_on_the_thread_count():
+    """An output layer far wider than its active set adds the batch's labels as negatives (at
+    most max_active of them, here fewer than the batch holds) and a batch-shared random fill:
+    it still learns, and the result is the same for any thread count."""
+    x, lab, y = make_problem(n=1500, D=3000, C=400, multilabel=True)
+    net = Network(spec(D=3000, C=400, sampling="lsh"))
+    train(net, x, lab, epochs=6, lr=2e-2)
+    top, _ = net.predict_topk(*x, 1)
+    # Each point carries labels y and y + 1: the top label must be one of them.
+    assert np.mean((top[:, 0] == y) | (top[:, 0] == (y + 1) % 400)) > 0.8
+    runs = []
+    for threads in (1, 2):
+        net = Network(spec(D=3000, C=400, sampling="lsh", threads=threads))
+        train(net, x, lab, epochs=1, lr=2e-2)
+        runs.append(params_copy(net))
+    for k in runs[0]:
+        assert np.array_equal(runs[0][k], runs[1][k]), k
+
+
 def test_resumed_run_continues_identically():
     x, lab, _ = PROBLEM
     rows = [np.arange(s, s + 32, dtype=np.int64) for s in range(0, 320, 32)]

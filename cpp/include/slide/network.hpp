@@ -7,6 +7,13 @@
 // backward on its active neurons only; then a fused sparse Adam step (optimizer.hpp)
 // visits only the weight rows the batch touched.
 //
+// Active sets of a hash-sampled output layer in training: the sample's labels; on a layer
+// far wider than its active set, the batch's other labels (in-batch negatives, at most
+// max_active); the hash candidates; then a random fill to min_active drawn from a stream
+// shared by the batch (so the batch shares its random negatives and touches few rows). The
+// fill neurons carry the sampled-softmax weight (unchosen neurons / fill size) in the
+// normaliser, so the loss estimates the full softmax loss.
+//
 // Gradients: hash-sampled layers and dense layers of at most 4096 neurons never form a
 // gradient matrix. Each sample records its touched rows, their coefficients and one
 // vector (memory O(batch x active)); the optimizer groups the records by row and sums
@@ -136,6 +143,7 @@ class Network {
   std::vector<std::unique_ptr<SampleRecord>> records_;  // one per batch position, reused
   std::vector<const float*> vec_ptrs_;                  // optimizer scratch
   std::vector<int32_t> batch_labels_;                   // train_batch scratch: the batch's labels
+  std::vector<int32_t> batch_occurrences_;              // train_batch scratch: label occurrences
   int64_t sample_work_ = 0;  // estimated multiply-adds per sample
   int64_t step_ = 0;
   int64_t next_rebuild_ = -1;

@@ -80,6 +80,9 @@ namespace {
 // Dense layers keep per-sample records (O(batch x neurons)) while they are this narrow;
 // wider ones accumulate into lock-free gradient buffers.
 constexpr int64_t kMaxRecordedWidth = 4096;
+// A hash-sampled output layer adds the batch's labels as negatives when it has more than this
+// many neurons per active-set slot (see train_batch).
+constexpr int64_t kInBatchWidth = 16;
 
 // Salts that separate the random streams derived from the network seed.
 constexpr uint64_t kInitSalt = 0x494e4954ull;     // weight initialisation
@@ -598,13 +601,36 @@ float Network::train_batch(const CsrView& x, const CsrView& y, const int64_t* ro
   // The batch's labels, sorted and unique (in-batch negatives of a hash-sampled output layer).
   std::vector<int32_t>& batch_labels = batch_labels_;
   batch_labels.clear();
-  if (layers_.back().lsh() && layers_.back().spec.selection.min_active > 0) {
+  const SelectionParams& out_sel = layers_.back().spec.selection;
+  // Only for layers far wider than their active sets: a narrow layer's fill and hash
+  // candidates already reach every frequent label, and there the hash-selected prediction
+  // (mode "lsh") is better when training saw the hash candidates as the main negatives.
+  const int64_t widest_set = std::max<int64_t>(out_sel.min_active, out_sel.max_active);
+  if (layers_.back().lsh() && out_sel.min_active > 0 && layers_.back().out_dim > kInBatchWidth * widest_set) {
     for (int64_t i = 0; i < b; ++i) {
       const int64_t r = rows[i];
       batch_labels.insert(batch_labels.end(), y.indices + y.indptr[r], y.indices + y.indptr[r + 1]);
     }
+    // Many labels per point (Delicious: ~75) would make every active set huge: keep at most
+    // max_active of them, taken from the label occurrences in a shared random order, so that
+    // frequent labels (the ones that need the negatives) are the likeliest to stay.
+    const size_t cap = static_cast<size_t>(out_sel.max_active > 0 ? out_sel.max_active : INT32_MAX);
+    std::vector<int32_t>& occ = batch_occurrences_;
+    occ.assign(batch_labels.begin(), batch_labels.end());
     std::sort(batch_labels.begin(), batch_labels.end());
     batch_labels.erase(std::unique(batch_labels.begin(), batch_labels.end()), batch_labels.end());
+    if (batch_labels.size() > cap) {
+      Rng pick(stream_seed(spec_.seed, kFillSalt, static_cast<uint64_t>(t), 1));
+      batch_labels.clear();
+      size_t k = 0;
+      while (batch_labels.size() < cap && k < occ.size()) {
+        std::swap(occ[k], occ[k + pick.below(occ.size() - k)]);
+        const int32_t j = occ[k++];
+        // Sorted insertion keeps the list ready for binary search (it holds at most cap ids).
+        auto it = std::lower_bound(batch_labels.begin(), batch_labels.end(), j);
+        if (it == batch_labels.end() || *it != j) batch_labels.insert(it, j);
+      }
+    }
   }
 #pragma omp parallel num_threads(threads_) reduction(+ : total) if (b * sample_work_ > kParallelWork)
   {
