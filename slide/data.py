@@ -18,7 +18,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Optional, Union
 
@@ -26,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import _core
+from ._io import atomic_path, atomic_write
 
 DataError = _core.DataError
 
@@ -255,27 +255,11 @@ class Dataset:
         """
         path = Path(path)
         x, y = self.features, self.labels
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
+        with atomic_path(path, durable=False) as tmp:
             _core.write_xc(tmp, self.num_features, self.num_labels,
                            np.asarray(x.indptr, dtype=np.int64), np.ascontiguousarray(x.indices, dtype=np.int32),
                            np.ascontiguousarray(x.data, dtype=np.float32), np.asarray(y.indptr, dtype=np.int64),
                            np.ascontiguousarray(y.indices, dtype=np.int32))
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def default_cache_dir() -> Path:
@@ -354,17 +338,8 @@ class _Cache:
             log.debug("cannot write cache entry %s: %s", self.dir, e)
 
     def _atomic_write(self, name: str, write) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.dir)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                write(f)
-            os.replace(tmp, self.dir / name)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        # a cache entry is rebuilt when lost, so it needs no fsync
+        atomic_write(self.dir / name, write, durable=False)
 
 
 def load_dataset(path: PathLike, format: str = "auto", cache: bool = True, num_features: Optional[int] = None,

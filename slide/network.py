@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import os
-import tempfile
 import time
 import zipfile
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -30,6 +29,7 @@ import scipy.sparse as sp
 
 from . import callbacks as _callbacks
 from . import memory as _memory
+from ._io import atomic_write
 from .config import Config, ConfigError
 
 __all__ = ["Network", "History", "FORMAT_VERSION", "choose_sampling"]
@@ -722,7 +722,6 @@ class Network:
         """
         self._require_built("save")
         path = os.fspath(path)
-        folder = os.path.dirname(os.path.abspath(path))
         arrays: Dict[str, np.ndarray] = {
             "meta": np.frombuffer(json.dumps(_jsonable(self._state_meta())).encode("utf-8"), dtype=np.uint8),
         }
@@ -736,27 +735,7 @@ class Network:
         if self._label_counts is not None:
             arrays["label_counts"] = self._label_counts
         arrays.update(self._table_arrays())
-        fd, tmp = tempfile.mkstemp(prefix=".slide-", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, **arrays)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        try:
-            dfd = os.open(folder, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
+        atomic_write(path, lambda fh: np.savez(fh, **arrays))
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike], threads: Optional[int] = None) -> "Network":

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from .callbacks import Callback
 from .config import Config
+from ._io import atomic_path, atomic_write_text
 
 __all__ = [
     "Checkpoint",
@@ -83,42 +84,6 @@ def peak_rss_bytes() -> int:
 
         info = psutil.Process().memory_info()
         return int(getattr(info, "peak_wset", info.rss))
-
-
-def _fsync_dir(path: str) -> None:
-    # Makes a rename durable; not possible (nor needed) on every platform.
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: str) -> None:
-    with open(path, "rb") as fh:
-        os.fsync(fh.fileno())
-
-
-def atomic_write_text(path: PathLike, text: str) -> None:
-    """Write ``text`` so that readers see either the old file or the whole new one."""
-    path = os.fspath(path)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def default_run_dir(config_path: Optional[PathLike], root: PathLike = "runs") -> str:
@@ -266,16 +231,10 @@ class CheckpointStore:
         final = self._model_path(step)
         state = dict(state or {}, step=step, epoch=int(net.epoch))
         atomic_write_text(os.path.join(self.directory, f"step-{step:010d}.json"), json.dumps(state))
-        tmp = final + f".{os.getpid()}.tmp"
-        try:
+        # the store does not rely on net.save being atomic itself: a failed write must
+        # never leave a partial file under a checkpoint's name
+        with atomic_path(final) as tmp:
             net.save(tmp)
-            _fsync_file(tmp)
-            os.replace(tmp, final)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        _fsync_dir(self.directory)
         for old in self.list()[:-self.keep]:
             for p in (old.path, old.path[: -len(".ckpt")] + ".json"):
                 try:

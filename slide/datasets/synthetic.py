@@ -37,6 +37,8 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import scipy.sparse as sp
 
+from .._io import atomic_write_text
+
 __all__ = ["SyntheticSpec", "PRESETS", "make_synthetic", "make_synthetic_arrays", "write_synthetic"]
 
 # Fixed: the data must not depend on it (see the module docstring).
@@ -420,9 +422,5 @@ def write_synthetic(preset: Optional[str], out_dir, seed: int = 0, **shape) -> D
         "generate_seconds": round(gen_seconds, 3),
         "write_seconds": round(time.perf_counter() - t0 - gen_seconds, 3),
     }
-    tmp = paths["stats"] + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(info, fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, paths["stats"])
+    atomic_write_text(paths["stats"], json.dumps(info, indent=2) + "\n")
     return paths
