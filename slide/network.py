@@ -568,7 +568,7 @@ class Network:
         history.records.append(rec)
         _call(cbs, "on_evaluate", self, rec)
 
-    def _set_parameters(self, params: Dict[str, np.ndarray]) -> None:
+    def _set_parameters(self, params: Dict[str, np.ndarray], rebuild_tables: bool = True) -> None:
         views = self._core.parameters()
         for k, v in params.items():
             if k not in views:
@@ -577,7 +577,7 @@ class Network:
                 raise ValueError(f"parameter {k!r}: shape {v.shape} does not match the network's "
                                  f"{views[k].shape}")
             views[k][...] = v
-        if self.resolved_sampling and "lsh" in self.resolved_sampling:
+        if rebuild_tables and self.resolved_sampling and "lsh" in self.resolved_sampling:
             self._core.rebuild_tables()
 
     # ------------------------------------------------------------------ inference
@@ -778,7 +778,8 @@ class Network:
             missing = set(net._core.parameters()) - set(params)
             if missing:
                 raise ValueError(f"missing parameters {sorted(missing)}")
-            net._set_parameters(params)
+            # stored tables replace rebuilt ones below: rebuild only for files without them
+            net._set_parameters(params, rebuild_tables=not any(k.startswith("tables/") for k in data))
             net._core.step = int(meta["step"])
             net._restore_tables(data, meta)
             net.epoch = int(meta["epoch"])
