@@ -72,26 +72,24 @@ def bundled(name: str) -> str:
     return path
 
 
-def config_path(name: str) -> str:
-    """Path of the shipped training config ``<name>.yaml`` (e.g. ``bibtex``, ``amazon-670k``)."""
+def _shipped_file(name: str, ext: str, what: str) -> str:
     _check_name(name)
     root = datasets_dir()
-    path = os.path.join(root, name + ".yaml")
+    path = os.path.join(root, name + ext)
     if not os.path.isfile(path):
-        names = sorted(f[:-5] for f in os.listdir(root) if f.endswith(".yaml"))
-        raise FileNotFoundError(f"no config {name!r} in {root}; available: {', '.join(names)}")
+        names = sorted(f[: -len(ext)] for f in os.listdir(root) if f.endswith(ext) and f != "README.md")
+        raise FileNotFoundError(f"no {what} {name!r} in {root}; available: {', '.join(names)}")
     return path
+
+
+def config_path(name: str) -> str:
+    """Path of the shipped training config ``<name>.yaml`` (e.g. ``bibtex``, ``amazon-670k``)."""
+    return _shipped_file(name, ".yaml", "config")
 
 
 def card_path(name: str) -> str:
     """Path of the dataset card ``<name>.md``."""
-    _check_name(name)
-    root = datasets_dir()
-    path = os.path.join(root, name + ".md")
-    if not os.path.isfile(path):
-        names = sorted(f[:-3] for f in os.listdir(root) if f.endswith(".md") and f != "README.md")
-        raise FileNotFoundError(f"no dataset card {name!r} in {root}; available: {', '.join(names)}")
-    return path
+    return _shipped_file(name, ".md", "dataset card")
 
 
 def list_datasets() -> List[Dict[str, Optional[str]]]:
