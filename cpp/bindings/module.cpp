@@ -1,10 +1,12 @@
 // Python module slide._core: type conversion and error mapping only; logic lives in cpp/src.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "bindings.hpp"
 #include "slide/common.hpp"
 #include "slide/cpu.hpp"
+#include "slide/simd.hpp"
 
 namespace py = pybind11;
 
@@ -55,6 +57,38 @@ PYBIND11_MODULE(_core, m) {
   }, "CPU features detected at run time and the kernel set in use.");
   m.def("default_threads", [] { return slide::resolve_threads(0); },
         "Number of threads used when a network asks for 0 (all cores).");
+
+  // Test support: the batched matrix-product kernels of one instruction set, on numpy arrays.
+  using Matrix = py::array_t<float, py::array::c_style | py::array::forcecast>;
+  m.def(
+      "_matmul",
+      [](Matrix a, Matrix b, bool transpose_a, bool transpose_b, const std::string& isa) {
+        slide::CpuFeatures f = slide::cpu_features();
+        if (isa == "generic") {
+          f = slide::CpuFeatures{};
+        } else if (isa == "avx2") {
+          if (!(f.avx2 && f.fma)) throw slide::InvalidArgument("isa: this CPU has no AVX2+FMA");
+          f.avx512f = false;
+        } else if (isa == "avx512") {
+          if (!f.avx512f) throw slide::InvalidArgument("isa: this CPU has no AVX-512F");
+        } else {
+          throw slide::InvalidArgument("isa: must be generic, avx2 or avx512, got '" + isa + "'");
+        }
+        if (a.ndim() != 2 || b.ndim() != 2) throw slide::InvalidArgument("a and b must be 2-d");
+        if (transpose_a && transpose_b) throw slide::InvalidArgument("transpose_a and transpose_b: one at most");
+        const int64_t m = transpose_a ? a.shape(1) : a.shape(0), k = transpose_a ? a.shape(0) : a.shape(1);
+        const int64_t n = transpose_b ? b.shape(0) : b.shape(1);
+        if ((transpose_b ? b.shape(1) : b.shape(0)) != k) throw slide::InvalidArgument("inner dimensions differ");
+        py::array_t<float> c({m, n});
+        const slide::Kernels& kr = slide::kernels_for(f);
+        if (transpose_b)
+          kr.matmul_bt(a.data(), k, b.data(), k, c.mutable_data(), n, m, n, k);
+        else
+          kr.matmul(a.data(), transpose_a ? 1 : k, transpose_a ? m : 1, b.data(), n, c.mutable_data(), n, m, n, k);
+        return c;
+      },
+      py::arg("a"), py::arg("b"), py::arg("transpose_a") = false, py::arg("transpose_b") = false,
+      py::arg("isa") = "generic", "op(a) @ op(b) with one instruction set's kernels (for tests).");
 
   bind_data(m);
   bind_hash(m);

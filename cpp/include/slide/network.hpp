@@ -14,6 +14,13 @@
 // fill neurons carry the sampled-softmax weight (unchosen neurons / fill size) in the
 // normaliser, so the loss estimates the full softmax loss.
 //
+// Networks without hash-sampled layers train a batch layer by layer instead (when their
+// first layer keeps records and the batch's activations fit kMaxBatchFloats): the samples'
+// layer-0 outputs are gathered into a batch matrix, and every later layer runs as matrix
+// products over the whole batch (forward, input gradient, then each weight row's gradient
+// formed and passed to Adam in the same pass), which reads each weight matrix a few times
+// per batch instead of a few times per sample.
+//
 // Gradients: hash-sampled layers and dense layers of at most 4096 neurons never form a
 // gradient matrix. Each sample records its touched rows, their coefficients and one
 // vector (memory O(batch x active)); the optimizer groups the records by row and sums
@@ -126,9 +133,12 @@ class Network {
 
   struct Workspace;     // per-thread scratch, defined in network.cpp
   struct SampleRecord;  // per-sample gradient record of a batch, defined in network.cpp
+  struct BatchMatrices; // activations of a batch for the layer-by-layer path, network.cpp
 
  private:
   void init_weights();
+  bool batched_for(int64_t b) const noexcept;
+  float train_batch_layerwise(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
   void predict_exact_blocked(const CsrView& x, int k, int32_t* labels, float* scores) const;
   void rebuild_tables_locked();
   int64_t schedule_after(int64_t step) const;
@@ -148,6 +158,7 @@ class Network {
   int64_t step_ = 0;
   int64_t next_rebuild_ = -1;
   bool has_lsh_ = false;
+  std::unique_ptr<BatchMatrices> batch_;  // layer-by-layer path (null when it does not apply)
   mutable std::shared_mutex mutex_;
 
  public:

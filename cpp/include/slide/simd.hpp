@@ -35,8 +35,19 @@ struct Kernels {
   void (*dot_multi)(const float* w, const float* H, int64_t ldh, int64_t ns, int64_t n, float* out);
   // sum_i exp(z[i] - m), for z[i] <= m (softmax normalisers); relative error ~1e-7.
   double (*exp_sum)(const float* z, int64_t n, float m);
+  // out[i] = exp(z[i] - m) for z[i] <= m; returns their sum (out may be z).
+  double (*exp_store)(const float* z, int64_t n, float m, float* out);
   // Fused Adam over one row; reads and zeroes the gradient g.
   void (*adam)(float* w, float* m, float* v, float* g, int64_t n, const AdamStep& s);
+  // Matrix products of the batched dense layers (row-major, C overwritten):
+  // matmul:    C[i][j] = sum_p A[i*a_rs + p*a_cs] * B[p*ldb + j], i < m, j < n, p < k
+  //            (A given by its row and column strides, so it may be a transposed view);
+  // matmul_bt: C[i][j] = sum_p A[i*lda + p] * B[j*ldb + p]   (C = A B^T).
+  // Each C element is summed in a fixed order, whatever the blocking of the caller.
+  void (*matmul)(const float* A, int64_t a_rs, int64_t a_cs, const float* B, int64_t ldb, float* C, int64_t ldc,
+                 int64_t m, int64_t n, int64_t k);
+  void (*matmul_bt)(const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t m,
+                    int64_t n, int64_t k);
   const char* isa;  // "generic", "avx2" or "avx512"
 };
 

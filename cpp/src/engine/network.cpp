@@ -59,18 +59,40 @@ struct Network::SampleRecord {
   std::vector<std::vector<int32_t>> rows;
   std::vector<std::vector<float>> coef;
   std::vector<std::vector<float>> vec;
+  std::vector<int32_t> labels;  // layer-by-layer path: the sample's labels, sorted and unique
 
   explicit SampleRecord(size_t layers) : rows(layers), coef(layers), vec(layers) {}
   void clear() {
     for (auto& v : rows) v.clear();
     for (auto& v : coef) v.clear();
     for (auto& v : vec) v.clear();
+    labels.clear();
   }
   size_t bytes() const {
-    size_t b = 0;
+    size_t b = labels.capacity() * sizeof(int32_t);
     for (auto& v : rows) b += v.capacity() * sizeof(int32_t);
     for (auto& v : coef) b += v.capacity() * sizeof(float);
     for (auto& v : vec) b += v.capacity() * sizeof(float);
+    return b;
+  }
+};
+
+// The batch as matrices (row i = sample i of the batch), for networks trained layer by
+// layer (see network.hpp). O(batch x neurons) per layer; these networks have no wide layer.
+struct Network::BatchMatrices {
+  std::vector<std::vector<float>> out;    // per layer [b x size]: outputs after activation and
+                                          // dropout; the output layer's logits
+  std::vector<std::vector<float>> mask;   // per hidden layer [b x size]: dropout multipliers
+  std::vector<std::vector<float>> delta;  // per layer [b x size]: dL/dz
+  std::vector<float> loss;                // per sample
+  std::vector<Rng> rng;                   // per sample: its training stream (dropout)
+  std::vector<std::vector<float>> grad;   // per thread: gradients of a block of weight rows
+  int64_t width = 0;                      // neurons over all layers
+
+  size_t bytes() const {
+    size_t b = loss.capacity() * sizeof(float) + rng.capacity() * sizeof(Rng);
+    for (auto* group : {&out, &mask, &delta, &grad})
+      for (auto& v : *group) b += v.capacity() * sizeof(float);
     return b;
   }
 };
@@ -96,6 +118,13 @@ constexpr size_t kPrefetch = 4;                   // neurons ahead to prefetch i
 // Below about this many multiply-adds a loop runs on the calling thread: waking a team
 // costs more than it saves, and far more when the cores are shared with other processes.
 constexpr int64_t kParallelWork = int64_t(1) << 17;
+// Layer-by-layer path: used while a batch's activations (three floats per sample and neuron)
+// stay under 256 MiB; blocks of the matrix products that one thread takes at a time.
+constexpr int64_t kMaxBatchFloats = int64_t(1) << 26;
+constexpr int64_t kForwardRows = 16;   // weight rows per block of Z = H W^T
+constexpr int64_t kBackSamples = 32;   // samples x columns per block of dH = D W
+constexpr int64_t kBackCols = 64;
+constexpr int64_t kGradRows = 16;      // weight rows per block of G = D^T H (then Adam)
 
 std::string key(int l, const char* name) { return "layers[" + std::to_string(l) + "]." + name; }
 
@@ -171,6 +200,30 @@ class InterruptPoller {
   std::chrono::steady_clock::time_point last_;
 };
 
+// Activation and (in training) inverted dropout of one sample's hidden-layer outputs, in
+// place; `mask` receives the multipliers (kept units are scaled by 1 / (1 - dropout), so
+// inference needs no rescaling). Draws one uniform per unit from rng when dropout > 0.
+inline void activate(Activation act, float* z, float* mask, int64_t n, float dropout, Rng& rng) {
+  if (act == Activation::ReLU)
+    for (int64_t j = 0; j < n; ++j) z[j] = z[j] > 0.0f ? z[j] : 0.0f;
+  if (dropout > 0.0f) {
+    const float keep = 1.0f / (1.0f - dropout);
+    for (int64_t j = 0; j < n; ++j) {
+      mask[j] = rng.uniform() < dropout ? 0.0f : keep;
+      z[j] *= mask[j];
+    }
+  }
+}
+
+// The gradient dh of a hidden layer's outputs h, taken back through activate().
+inline void backprop_activation(Activation act, const float* h, const float* mask, float* dh, int64_t n) {
+  const bool relu = act == Activation::ReLU;
+  for (int64_t j = 0; j < n; ++j) {
+    if (relu && h[j] <= 0.0f) dh[j] = 0.0f;
+    else if (mask) dh[j] *= mask[j];
+  }
+}
+
 // Forward pass of one sample through every layer. `forced` (sorted, unique true labels)
 // go into the output layer's active set when it is hash-sampled and `use_lsh` is set.
 // `upto` < number of layers stops early (the hidden layers only); `last` still means the
@@ -223,18 +276,8 @@ void forward(const std::vector<Layer>& layers, Network::Workspace& ws, const Ker
       }
     }
     if (!last) {
-      if (L.spec.activation == Activation::ReLU)
-        for (float& v : z) v = v > 0.0f ? v : 0.0f;
-      if (dropout > 0.0f) {
-        // Inverted dropout: kept units are scaled so inference needs no rescaling.
-        std::vector<float>& m = ws.mask[l];
-        m.resize(z.size());
-        const float keep = 1.0f / (1.0f - dropout);
-        for (size_t j = 0; j < z.size(); ++j) {
-          m[j] = rng.uniform() < dropout ? 0.0f : keep;
-          z[j] *= m[j];
-        }
-      }
+      if (dropout > 0.0f) ws.mask[l].resize(z.size());
+      activate(L.spec.activation, z.data(), ws.mask[l].data(), static_cast<int64_t>(z.size()), dropout, rng);
     }
   }
 }
@@ -345,6 +388,18 @@ Network::Network(const NetworkSpec& spec) : spec_(spec) {
     sample_work_ += (L.sparse_input ? 32 : active) * L.row_len * 3;
   }
   for (int t = 0; t < threads_; ++t) workspaces_.push_back(make_workspace(layers_, true, true));
+  if (!has_lsh_ && layers_[0].records) {
+    batch_ = std::make_unique<BatchMatrices>();
+    batch_->out.resize(n);
+    batch_->mask.resize(n);
+    batch_->delta.resize(n);
+    int64_t max_in = 0;
+    for (const Layer& L : layers_) {
+      batch_->width += L.out_dim;
+      if (!L.sparse_input) max_in = std::max(max_in, L.in_dim);
+    }
+    batch_->grad.assign(threads_, std::vector<float>(static_cast<size_t>(kGradRows * max_in)));
+  }
   if (has_lsh_) {
     rebuild_tables_locked();
     next_rebuild_ = schedule_after(0);
@@ -566,15 +621,8 @@ float train_sample(std::vector<Layer>& layers, Network::Workspace& ws, Network::
       }
     }
     // Through the previous layer's dropout and activation.
-    const Layer& P = layers[l - 1];
-    const std::vector<float>& hp = ws.out[l - 1];
-    const bool relu = P.spec.activation == Activation::ReLU;
-    const bool masked = dropout > 0.0f;
-    const std::vector<float>& mk = ws.mask[l - 1];
-    for (int64_t j = 0; j < L.in_dim; ++j) {
-      if (relu && hp[j] <= 0.0f) dh[j] = 0.0f;
-      else if (masked) dh[j] *= mk[j];
-    }
+    backprop_activation(layers[l - 1].spec.activation, ws.out[l - 1].data(),
+                        dropout > 0.0f ? ws.mask[l - 1].data() : nullptr, dh.data(), L.in_dim);
   }
   return loss;
 }
@@ -586,6 +634,7 @@ float Network::train_batch(const CsrView& x, const CsrView& y, const int64_t* ro
   if (b <= 0) return 0.0f;
   // lr = 0 is allowed: a schedule may decay the rate to nothing (moments still advance).
   if (!(lr >= 0.0f) || !std::isfinite(lr)) throw InvalidArgument("lr: must be >= 0 and finite, got " + std::to_string(lr));
+  if (batched_for(b)) return train_batch_layerwise(x, y, rows, b, lr);
   const int64_t t = step_ + 1;
   const Kernels& kr = kernels();
   const float inv_b = 1.0f / static_cast<float>(b);
@@ -661,6 +710,179 @@ float Network::train_batch(const CsrView& x, const CsrView& y, const int64_t* ro
     rebuild_tables_locked();
     next_rebuild_ = schedule_after(step_);
   }
+  return static_cast<float>(total / static_cast<double>(b));
+}
+
+bool Network::batched_for(int64_t b) const noexcept {
+  return batch_ && b <= kMaxBatchFloats / (3 * batch_->width);
+}
+
+float Network::train_batch_layerwise(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr) {
+  const int64_t t = step_ + 1;
+  const Kernels& kr = kernels();
+  const int nl = static_cast<int>(layers_.size());
+  const float inv_b = 1.0f / static_cast<float>(b);
+  const float dropout = spec_.dropout;
+  BatchMatrices& M = *batch_;
+  for (int l = 0; l < nl; ++l) {
+    const size_t n = static_cast<size_t>(b) * static_cast<size_t>(layers_[l].out_dim);
+    M.out[l].resize(n);
+    M.delta[l].resize(n);
+    if (l + 1 < nl && dropout > 0.0f) M.mask[l].resize(n);
+  }
+  M.loss.assign(static_cast<size_t>(b), 0.0f);
+  M.rng.resize(static_cast<size_t>(b));
+  while (static_cast<int64_t>(records_.size()) < b) records_.push_back(std::make_unique<SampleRecord>(layers_.size()));
+  const AdamStep sw = make_adam_step(spec_.adam, lr, t, true);
+  const AdamStep sb = make_adam_step(spec_.adam, lr, t, false);
+  std::vector<Layer>& layers = layers_;
+  Layer& first = layers[0];
+  const int64_t w0 = first.out_dim;
+  InterruptPoller poller;
+  ExceptionCatcher catcher;
+#pragma omp parallel num_threads(threads_) if (b * sample_work_ > kParallelWork)
+  {
+    float* grad = M.grad[omp_get_thread_num()].data();
+    // Layer 0 reads the sparse input: one sample at a time, into row i of the batch matrix.
+    // Everything that may allocate happens here, before any weight changes.
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t i = 0; i < b; ++i) {
+      if (catcher.failed() || poller.should_stop()) continue;
+      catcher.run([&] {
+        const int64_t r = rows[i], s = x.indptr[r], nnz = x.indptr[r + 1] - s;
+        SampleRecord& rec = *records_[i];
+        rec.clear();
+        rec.labels.assign(y.indices + y.indptr[r], y.indices + y.indptr[r + 1]);
+        std::sort(rec.labels.begin(), rec.labels.end());
+        rec.labels.erase(std::unique(rec.labels.begin(), rec.labels.end()), rec.labels.end());
+        if (!rec.labels.empty()) {
+          // Layer 0's rows are the sample's features (gradient: value x output delta).
+          rec.rows[0].assign(x.indices + s, x.indices + s + nnz);
+          rec.coef[0].assign(x.values + s, x.values + s + nnz);
+          rec.vec[0].resize(static_cast<size_t>(w0));
+        }
+        M.rng[i] = Rng(stream_seed(spec_.seed, kTrainSalt, static_cast<uint64_t>(t), static_cast<uint64_t>(i)));
+        float* z = M.out[0].data() + i * w0;
+        std::copy(first.bias.data(), first.bias.data() + w0, z);
+        for (int64_t k = 0; k < nnz; ++k)
+          kr.axpy(x.values[s + k], first.weight.data() + static_cast<int64_t>(x.indices[s + k]) * first.row_len, z, w0);
+        if (nl > 1)
+          activate(first.spec.activation, z, dropout > 0.0f ? M.mask[0].data() + i * w0 : nullptr, w0, dropout,
+                   M.rng[i]);
+      });
+    }
+    // After the loop's barrier every thread sees the same flags: the batch goes on (and can no
+    // longer fail) or is abandoned with the weights untouched.
+    if (!catcher.failed() && !poller.stopped()) {
+      // Forward through the dense layers: Z = H W^T + bias, by blocks of weight rows.
+      for (int l = 1; l < nl; ++l) {
+        const Layer& L = layers[l];
+        const int64_t out = L.out_dim, in = L.in_dim;
+        const float* H = M.out[l - 1].data();
+        float* Z = M.out[l].data();
+        const int64_t blocks = (out + kForwardRows - 1) / kForwardRows;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+          const int64_t j0 = blk * kForwardRows, nj = std::min(kForwardRows, out - j0);
+          kr.matmul_bt(H, in, L.weight.data() + j0 * in, in, Z + j0, out, b, nj, in);
+          const float* bias = L.bias.data() + j0;
+          for (int64_t i = 0; i < b; ++i) {
+            float* z = Z + i * out + j0;
+            for (int64_t j = 0; j < nj; ++j) z[j] += bias[j];
+          }
+        }
+        if (l + 1 < nl) {
+#pragma omp for schedule(static)
+          for (int64_t i = 0; i < b; ++i)
+            activate(L.spec.activation, Z + i * out, dropout > 0.0f ? M.mask[l].data() + i * out : nullptr, out,
+                     dropout, M.rng[i]);
+        }
+      }
+      // Softmax cross-entropy per sample: delta = (softmax - target) / b, target mass 1/|y|.
+      {
+        const int64_t out = layers[nl - 1].out_dim;
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < b; ++i) {
+          const std::vector<int32_t>& lab = records_[i]->labels;
+          const float* z = M.out[nl - 1].data() + i * out;
+          float* d = M.delta[nl - 1].data() + i * out;
+          if (lab.empty()) {
+            std::fill(d, d + out, 0.0f);
+            continue;
+          }
+          float mx = z[0];
+          for (int64_t j = 1; j < out; ++j) mx = std::max(mx, z[j]);
+          const double sum = kr.exp_store(z, out, mx, d);
+          const float scale = static_cast<float>(1.0 / sum) * inv_b;
+          for (int64_t j = 0; j < out; ++j) d[j] *= scale;
+          const float log_sum = static_cast<float>(std::log(sum));
+          const float tm = 1.0f / static_cast<float>(lab.size());
+          float loss = 0.0f;
+          for (int32_t c : lab) {
+            loss -= tm * (z[c] - mx - log_sum);
+            d[c] -= tm * inv_b;
+          }
+          M.loss[i] = loss;
+        }
+      }
+      // Backward, last layer first.
+      for (int l = nl - 1; l >= 1; --l) {
+        Layer& L = layers[l];
+        const int64_t out = L.out_dim, in = L.in_dim;
+        const float* D = M.delta[l].data();
+        const float* H = M.out[l - 1].data();
+        float* dH = M.delta[l - 1].data();
+        // dL/dH = D W, with the weights as they were before this batch.
+        const int64_t sblocks = (b + kBackSamples - 1) / kBackSamples;
+        const int64_t cblocks = (in + kBackCols - 1) / kBackCols;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < sblocks * cblocks; ++task) {
+          const int64_t s0 = (task / cblocks) * kBackSamples, c0 = (task % cblocks) * kBackCols;
+          kr.matmul(D + s0 * out, out, 1, L.weight.data() + c0, in, dH + s0 * in + c0, in,
+                    std::min(kBackSamples, b - s0), std::min(kBackCols, in - c0), out);
+        }
+        // (barrier) Through the previous layer's activation and dropout.
+        const Activation act = layers[l - 1].spec.activation;
+#pragma omp for schedule(static) nowait
+        for (int64_t i = 0; i < b; ++i)
+          backprop_activation(act, H + i * in, dropout > 0.0f ? M.mask[l - 1].data() + i * in : nullptr, dH + i * in,
+                              in);
+        // Each weight row's gradient (row j: sum over samples of D[s][j] H[s]) goes straight
+        // into its fused Adam step; every row of a dense layer is touched by the batch.
+        float* W = L.weight.data();
+        float* Wm = L.weight_m.data();
+        float* Wv = L.weight_v.data();
+        float* bias = L.bias.data();
+        float* bm = L.bias_m.data();
+        float* bv = L.bias_v.data();
+        const int64_t rblocks = (out + kGradRows - 1) / kGradRows;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t blk = 0; blk < rblocks; ++blk) {
+          const int64_t j0 = blk * kGradRows, nj = std::min(kGradRows, out - j0);
+          kr.matmul(D + j0, 1, out, H, in, grad, in, nj, in, b);
+          for (int64_t jj = 0; jj < nj; ++jj) {
+            const int64_t j = j0 + jj;
+            float gb = 0.0f;
+            for (int64_t i = 0; i < b; ++i) gb += D[i * out + j];
+            kr.adam(W + j * in, Wm + j * in, Wv + j * in, grad + jj * in, in, sw);
+            adam_scalar(bias[j], bm[j], bv[j], gb, sb);
+          }
+        }
+      }
+      // Layer 0's output deltas into the samples' records (sized above: no allocation).
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < b; ++i) {
+        std::vector<float>& v = records_[i]->vec[0];
+        if (!v.empty()) std::copy(M.delta[0].data() + i * w0, M.delta[0].data() + (i + 1) * w0, v.begin());
+      }
+    }
+  }
+  catcher.rethrow();  // only the first loop can fail, before any weight changed
+  if (poller.stopped()) throw Interrupted();
+  apply_adam_records(first, b, sw, sb);
+  step_ = t;
+  double total = 0.0;
+  for (int64_t i = 0; i < b; ++i) total += M.loss[i];
   return static_cast<float>(total / static_cast<double>(b));
 }
 
@@ -1085,6 +1307,7 @@ MemoryReport Network::memory_report() const {
   }
   // Per-sample gradient records of the last batch: O(batch x active).
   for (const auto& rec : records_) r.gradients += rec->bytes();
+  if (batch_) r.scratch += batch_->bytes();
   return r;
 }
 

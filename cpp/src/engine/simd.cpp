@@ -1,5 +1,6 @@
 #include "slide/simd.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -47,6 +48,15 @@ double exp_sum_generic(const float* z, int64_t n, float m) {
   return acc;
 }
 
+double exp_store_generic(const float* z, int64_t n, float m, float* out) {
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = std::exp(z[i] - m);
+    acc += out[i];
+  }
+  return acc;
+}
+
 void adam_generic(float* w, float* m, float* v, float* g, int64_t n, const AdamStep& s) {
   const float c1 = 1.0f - s.beta1, c2 = 1.0f - s.beta2;
   for (int64_t i = 0; i < n; ++i) {
@@ -58,6 +68,26 @@ void adam_generic(float* w, float* m, float* v, float* g, int64_t n, const AdamS
     w[i] -= s.lr_t * mi / (std::sqrt(vi) + s.eps) + s.decay * w[i];
     g[i] = 0.0f;
   }
+}
+
+
+void matmul_generic(const float* A, int64_t a_rs, int64_t a_cs, const float* B, int64_t ldb, float* C, int64_t ldc,
+                    int64_t m, int64_t n, int64_t k) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* c = C + i * ldc;
+    for (int64_t j = 0; j < n; ++j) c[j] = 0.0f;
+    for (int64_t p = 0; p < k; ++p) {
+      const float a = A[i * a_rs + p * a_cs];
+      const float* b = B + p * ldb;
+      for (int64_t j = 0; j < n; ++j) c[j] += a * b[j];
+    }
+  }
+}
+
+void matmul_bt_generic(const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t m,
+                       int64_t n, int64_t k) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) C[i * ldc + j] = dot_generic(A + i * lda, B + j * ldb, k);
 }
 
 #ifdef SLIDE_X86
@@ -173,6 +203,28 @@ __attribute__((target("avx2,fma"))) double exp_sum_avx2(const float* z, int64_t 
   return total;
 }
 
+__attribute__((target("avx2,fma"))) double exp_store_avx2(const float* z, int64_t n, float m, float* out) {
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  double total = 0.0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp_nonpositive_avx2(_mm256_sub_ps(_mm256_loadu_ps(z + i), vm));
+    _mm256_storeu_ps(out + i, e);
+    acc = _mm256_add_ps(acc, e);
+    if ((i & 1023) == 1016) {
+      total += hsum256(acc);
+      acc = _mm256_setzero_ps();
+    }
+  }
+  total += hsum256(acc);
+  for (; i < n; ++i) {
+    out[i] = std::exp(z[i] - m);
+    total += out[i];
+  }
+  return total;
+}
+
 __attribute__((target("avx2,fma"))) void adam_avx2(float* w, float* m, float* v, float* g, int64_t n,
                                                    const AdamStep& s) {
   const __m256 b1 = _mm256_set1_ps(s.beta1), b2 = _mm256_set1_ps(s.beta2);
@@ -193,6 +245,104 @@ __attribute__((target("avx2,fma"))) void adam_avx2(float* w, float* m, float* v,
     _mm256_storeu_ps(g + i, zero);
   }
   if (i < n) adam_generic(w + i, m + i, v + i, g + i, n - i, s);
+}
+
+
+// Batched matrix products. Register tiles: R rows of C by V vectors of 8 columns (matmul),
+// R x S dot products over k (matmul_bt). Every C element is one accumulator lane fed in
+// p order, so the result does not depend on how the caller splits C between threads.
+template <int R, int V>
+__attribute__((target("avx2,fma"), always_inline)) inline void matmul_tile_avx2(const float* A, int64_t a_rs,
+                                                                                 int64_t a_cs, const float* B,
+                                                                                 int64_t ldb, float* C, int64_t ldc,
+                                                                                 int64_t k, bool accumulate) {
+  __m256 acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = accumulate ? _mm256_loadu_ps(C + r * ldc + 8 * v) : _mm256_setzero_ps();
+  for (int64_t p = 0; p < k; ++p) {
+    const float* b = B + p * ldb;
+    __m256 bv[V];
+    for (int v = 0; v < V; ++v) bv[v] = _mm256_loadu_ps(b + 8 * v);
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_set1_ps(A[r * a_rs + p * a_cs]);
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(a, bv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(C + r * ldc + 8 * v, acc[r][v]);
+}
+
+// Same blocking as the AVX-512 version (see kMatmulKc there).
+constexpr int64_t kMatmulKcAvx2 = 64;
+
+__attribute__((target("avx2,fma"))) void matmul_avx2(const float* A, int64_t a_rs, int64_t a_cs, const float* B,
+                                                     int64_t ldb, float* C, int64_t ldc, int64_t m, int64_t n,
+                                                     int64_t k) {
+  const int64_t nv = n & ~int64_t(7);  // columns done by vectors; the rest by the generic loop
+  if (nv < n) matmul_generic(A, a_rs, a_cs, B + nv, ldb, C + nv, ldc, m, n - nv, k);
+  if (k <= 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < nv; ++j) C[i * ldc + j] = 0.0f;
+    return;
+  }
+  for (int64_t p0 = 0; p0 < k; p0 += kMatmulKcAvx2) {
+    const int64_t kb = std::min(kMatmulKcAvx2, k - p0);
+    const bool acc = p0 > 0;
+    const float* Ap = A + p0 * a_cs;
+    const float* Bp = B + p0 * ldb;
+    int64_t j = 0;
+    for (; j + 16 <= nv; j += 16) {
+      int64_t i = 0;
+      for (; i + 4 <= m; i += 4)
+        matmul_tile_avx2<4, 2>(Ap + i * a_rs, a_rs, a_cs, Bp + j, ldb, C + i * ldc + j, ldc, kb, acc);
+      for (; i < m; ++i) matmul_tile_avx2<1, 2>(Ap + i * a_rs, a_rs, a_cs, Bp + j, ldb, C + i * ldc + j, ldc, kb, acc);
+    }
+    for (; j < nv; j += 8) {
+      int64_t i = 0;
+      for (; i + 4 <= m; i += 4)
+        matmul_tile_avx2<4, 1>(Ap + i * a_rs, a_rs, a_cs, Bp + j, ldb, C + i * ldc + j, ldc, kb, acc);
+      for (; i < m; ++i) matmul_tile_avx2<1, 1>(Ap + i * a_rs, a_rs, a_cs, Bp + j, ldb, C + i * ldc + j, ldc, kb, acc);
+    }
+  }
+}
+
+template <int R, int S>
+__attribute__((target("avx2,fma"), always_inline)) inline void matmul_bt_tile_avx2(const float* A, int64_t lda,
+                                                                                    const float* B, int64_t ldb,
+                                                                                    float* C, int64_t ldc, int64_t k) {
+  __m256 acc[R][S];
+  for (int r = 0; r < R; ++r)
+    for (int s = 0; s < S; ++s) acc[r][s] = _mm256_setzero_ps();
+  int64_t p = 0;
+  for (; p + 8 <= k; p += 8) {
+    __m256 bv[S];
+    for (int s = 0; s < S; ++s) bv[s] = _mm256_loadu_ps(B + s * ldb + p);
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_loadu_ps(A + r * lda + p);
+      for (int s = 0; s < S; ++s) acc[r][s] = _mm256_fmadd_ps(a, bv[s], acc[r][s]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int s = 0; s < S; ++s) {
+      float t = hsum256(acc[r][s]);
+      for (int64_t q = p; q < k; ++q) t += A[r * lda + q] * B[s * ldb + q];
+      C[r * ldc + s] = t;
+    }
+}
+
+__attribute__((target("avx2,fma"))) void matmul_bt_avx2(const float* A, int64_t lda, const float* B, int64_t ldb,
+                                                        float* C, int64_t ldc, int64_t m, int64_t n, int64_t k) {
+  int64_t i = 0;  // rows of A outer (see matmul_bt_avx512)
+  for (; i + 2 <= m; i += 2) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) matmul_bt_tile_avx2<2, 4>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, k);
+    for (; j < n; ++j) matmul_bt_tile_avx2<2, 1>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, k);
+  }
+  for (; i < m; ++i) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) matmul_bt_tile_avx2<1, 4>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, k);
+    for (; j < n; ++j) matmul_bt_tile_avx2<1, 1>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, k);
+  }
 }
 
 // ---------------------------------------------------------------- AVX-512F
@@ -274,16 +424,149 @@ __attribute__((target("avx512f"))) void adam_avx512(float* w, float* m, float* v
   }
   if (i < n) adam_generic(w + i, m + i, v + i, g + i, n - i, s);
 }
+
+inline __mmask16 tail_mask(int64_t left) { return left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1u); }
+
+// k is cut into blocks of kMatmulKc so that the block of B a tile row streams over stays in
+// L1 across the row tiles; C carries the partial sums from one block to the next (exact: a
+// float stored and reloaded is unchanged), so every element is still summed in p order.
+constexpr int64_t kMatmulKc = 64;
+
+template <int R, int V>
+__attribute__((target("avx512f"), always_inline)) inline void matmul_tile_avx512(const float* A, int64_t a_rs,
+                                                                                  int64_t a_cs, const float* B,
+                                                                                  int64_t ldb, float* C, int64_t ldc,
+                                                                                  int64_t k, __mmask16 last,
+                                                                                  bool accumulate) {
+  __m512 acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v + 1 < V; ++v) acc[r][v] = accumulate ? _mm512_loadu_ps(C + r * ldc + 16 * v) : _mm512_setzero_ps();
+    acc[r][V - 1] = accumulate ? _mm512_maskz_loadu_ps(last, C + r * ldc + 16 * (V - 1)) : _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < k; ++p) {
+    const float* b = B + p * ldb;
+    __m512 bv[V];
+    for (int v = 0; v + 1 < V; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
+    bv[V - 1] = _mm512_maskz_loadu_ps(last, b + 16 * (V - 1));
+    for (int r = 0; r < R; ++r) {
+      const __m512 a = _mm512_set1_ps(A[r * a_rs + p * a_cs]);
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(a, bv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v + 1 < V; ++v) _mm512_storeu_ps(C + r * ldc + 16 * v, acc[r][v]);
+    _mm512_mask_storeu_ps(C + r * ldc + 16 * (V - 1), last, acc[r][V - 1]);
+  }
+}
+
+__attribute__((target("avx512f"))) void matmul_avx512(const float* A, int64_t a_rs, int64_t a_cs, const float* B,
+                                                       int64_t ldb, float* C, int64_t ldc, int64_t m, int64_t n,
+                                                       int64_t k) {
+  if (k <= 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) C[i * ldc + j] = 0.0f;
+    return;
+  }
+  for (int64_t p0 = 0; p0 < k; p0 += kMatmulKc) {
+    const int64_t kb = std::min(kMatmulKc, k - p0);
+    const bool acc = p0 > 0;
+    const float* Ap = A + p0 * a_cs;
+    const float* Bp = B + p0 * ldb;
+    int64_t j = 0;
+    for (; j + 64 <= n; j += 64) {
+      int64_t i = 0;
+      for (; i + 4 <= m; i += 4)
+        matmul_tile_avx512<4, 4>(Ap + i * a_rs, a_rs, a_cs, Bp + j, ldb, C + i * ldc + j, ldc, kb, 0xFFFF, acc);
+      for (; i < m; ++i)
+        matmul_tile_avx512<1, 4>(Ap + i * a_rs, a_rs, a_cs, Bp + j, ldb, C + i * ldc + j, ldc, kb, 0xFFFF, acc);
+    }
+    for (; j < n; j += 16) {
+      const __mmask16 last = tail_mask(n - j);
+      int64_t i = 0;
+      for (; i + 4 <= m; i += 4)
+        matmul_tile_avx512<4, 1>(Ap + i * a_rs, a_rs, a_cs, Bp + j, ldb, C + i * ldc + j, ldc, kb, last, acc);
+      for (; i < m; ++i)
+        matmul_tile_avx512<1, 1>(Ap + i * a_rs, a_rs, a_cs, Bp + j, ldb, C + i * ldc + j, ldc, kb, last, acc);
+    }
+  }
+}
+
+__attribute__((target("avx512f"), always_inline)) inline __m256 fold512(__m512 v) {
+  return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+// The four horizontal sums of a0..a3, as one 128-bit vector.
+__attribute__((target("avx512f"), always_inline)) inline __m128 hsum4_512(__m512 a0, __m512 a1, __m512 a2,
+                                                                          __m512 a3) {
+  const __m256 t =
+      _mm256_hadd_ps(_mm256_hadd_ps(fold512(a0), fold512(a1)), _mm256_hadd_ps(fold512(a2), fold512(a3)));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+template <int R, int S>
+__attribute__((target("avx512f"), always_inline)) inline void matmul_bt_tile_avx512(const float* A, int64_t lda,
+                                                                                     const float* B, int64_t ldb,
+                                                                                     float* C, int64_t ldc, int64_t k) {
+  __m512 acc[R][S];
+  for (int r = 0; r < R; ++r)
+    for (int s = 0; s < S; ++s) acc[r][s] = _mm512_setzero_ps();
+  int64_t p = 0;
+  for (; p + 16 <= k; p += 16) {
+    __m512 bv[S];
+    for (int s = 0; s < S; ++s) bv[s] = _mm512_loadu_ps(B + s * ldb + p);
+    for (int r = 0; r < R; ++r) {
+      const __m512 a = _mm512_loadu_ps(A + r * lda + p);
+      for (int s = 0; s < S; ++s) acc[r][s] = _mm512_fmadd_ps(a, bv[s], acc[r][s]);
+    }
+  }
+  if (p < k) {
+    const __mmask16 msk = tail_mask(k - p);
+    __m512 bv[S];
+    for (int s = 0; s < S; ++s) bv[s] = _mm512_maskz_loadu_ps(msk, B + s * ldb + p);
+    for (int r = 0; r < R; ++r) {
+      const __m512 a = _mm512_maskz_loadu_ps(msk, A + r * lda + p);
+      for (int s = 0; s < S; ++s) acc[r][s] = _mm512_fmadd_ps(a, bv[s], acc[r][s]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    if constexpr (S == 4) {
+      _mm_storeu_ps(C + r * ldc, hsum4_512(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    } else {
+      for (int s = 0; s < S; ++s) C[r * ldc + s] = hsum512(acc[r][s]);
+    }
+  }
+}
+
+__attribute__((target("avx512f"))) void matmul_bt_avx512(const float* A, int64_t lda, const float* B, int64_t ldb,
+                                                          float* C, int64_t ldc, int64_t m, int64_t n, int64_t k) {
+  // Rows of A outer, rows of B inner: a caller passes a few rows of B (they stay in L1) and
+  // many rows of A (each read once).
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4)
+      matmul_bt_tile_avx512<4, 4>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, k);
+    for (; j < n; ++j) matmul_bt_tile_avx512<4, 1>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, k);
+  }
+  for (; i < m; ++i) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4)
+      matmul_bt_tile_avx512<1, 4>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, k);
+    for (; j < n; ++j) matmul_bt_tile_avx512<1, 1>(A + i * lda, lda, B + j * ldb, ldb, C + i * ldc + j, ldc, k);
+  }
+}
 #pragma GCC diagnostic pop
 #endif
 
-const Kernels kGeneric{&dot_generic,       &axpy_generic,    &backprop_generic,
-                       &dot_multi_generic, &exp_sum_generic, &adam_generic, "generic"};
+const Kernels kGeneric{&dot_generic,     &axpy_generic,      &backprop_generic, &dot_multi_generic,
+                       &exp_sum_generic, &exp_store_generic, &adam_generic,     &matmul_generic,
+                       &matmul_bt_generic, "generic"};
 #ifdef SLIDE_X86
-const Kernels kAvx2{&dot_avx2, &axpy_avx2, &backprop_avx2, &dot_multi_avx2, &exp_sum_avx2, &adam_avx2, "avx2"};
+const Kernels kAvx2{&dot_avx2,       &axpy_avx2, &backprop_avx2, &dot_multi_avx2, &exp_sum_avx2,
+                    &exp_store_avx2, &adam_avx2, &matmul_avx2,   &matmul_bt_avx2, "avx2"};
 // AVX-512 CPUs also run the AVX2 multi-dot and exp kernels (not the bottleneck there).
-const Kernels kAvx512{&dot_avx512,     &axpy_avx512,  &backprop_avx512, &dot_multi_avx2,
-                      &exp_sum_avx2,   &adam_avx512,  "avx512"};
+const Kernels kAvx512{&dot_avx512,     &axpy_avx512, &backprop_avx512, &dot_multi_avx2,   &exp_sum_avx2,
+                      &exp_store_avx2, &adam_avx512, &matmul_avx512,   &matmul_bt_avx512, "avx512"};
 #endif
 
 }  // namespace
