@@ -19,6 +19,11 @@ _I32 = 4
 # sign bit per code; (D)WTA codes are the winner's position inside a bin of 8.
 _BITS_PER_CODE = {"simhash": 1, "wta": 3, "dwta": 3}
 _MAX_DERIVED_RANGE_POW = 20
+# Engine constants (cpp/src/engine/network.cpp): dense layers wider than this accumulate into a
+# shared gradient buffer; LSH layers wider than this many times their active set add in-batch
+# negatives.
+_MAX_RECORDED_WIDTH = 4096
+_IN_BATCH_WIDTH = 2
 
 
 def layer_sizes(config: Config, num_labels: int) -> List[int]:
@@ -71,7 +76,7 @@ def estimate(config: Config, num_features: int, num_labels: int,
     """Bytes needed by a network for this configuration and data shape.
 
     Returns a dict with ``weights`` (weights and biases, float32), ``adam`` (two moments per
-    weight), ``hash_tables`` (an upper bound for the LSH layers' tables), ``batch`` (per-sample
+    weight), ``gradients`` (shared gradient buffers of dense layers wider than 4096), ``hash_tables`` (an upper bound for the LSH layers' tables), ``batch`` (per-sample
     activations, gradients and active-set ids for one batch) and ``total``. ``sampling`` is the resolved
     per-layer choice (``"dense"``/``"lsh"``); by default a layer counts as LSH when configured
     ``lsh``, and ``auto`` counts as LSH (the larger of the two for the hash tables).
@@ -81,7 +86,7 @@ def estimate(config: Config, num_features: int, num_labels: int,
     if sampling is None:
         sampling = ["dense" if layer.sampling == "dense" or i == 0 else "lsh"
                     for i, layer in enumerate(config.layers)]
-    weights = adam = tables = batch_per_sample = 0
+    weights = adam = tables = gradients = batch_per_sample = 0
     fan_in = int(num_features)
     for i, (layer, size) in enumerate(zip(config.layers, sizes)):
         n_params = fan_in * size + size
@@ -91,13 +96,23 @@ def estimate(config: Config, num_features: int, num_labels: int,
             lsh = layer.lsh
             tables += lsh.L * _table_bytes(range_pow(lsh), size)
             active = expected_active(lsh, size)
+            # A layer more than twice as wide as its active set also scores the batch's labels
+            # (in-batch negatives, at most max_active more; see cpp/include/slide/network.hpp).
+            if lsh.min_active > 0 and size > _IN_BATCH_WIDTH * max(lsh.min_active, lsh.max_active):
+                active = min(size, active + (lsh.max_active or active))
+            # activation, gradient, active id, and the sample's gradient record (row, coefficient)
+            batch_per_sample += active * (3 * _F32 + 2 * _I32)
+            gradients += size * _I32  # per-row entry offsets of the records
         else:
-            active = size
-        # activation, gradient, active id (and a counter for the union) per active neuron
-        batch_per_sample += active * (2 * _F32 + 2 * _I32)
+            # outputs, gradients and dropout multipliers of the whole batch, and a counter
+            batch_per_sample += size * (3 * _F32 + _I32)
+            if size > _MAX_RECORDED_WIDTH:
+                gradients += n_params * _F32  # a shared (lock-free) gradient buffer
+            else:
+                gradients += (fan_in if i == 0 else size) * _I32  # per-row entry offsets
         fan_in = size
     batch = batch_per_sample * int(config.training.batch_size)
-    out = {"weights": weights, "adam": adam, "hash_tables": tables, "batch": batch}
+    out = {"weights": weights, "adam": adam, "gradients": gradients, "hash_tables": tables, "batch": batch}
     out["total"] = sum(out.values())
     return out
 

@@ -8,8 +8,8 @@
 // visits only the weight rows the batch touched.
 //
 // Active sets of a hash-sampled output layer in training: the sample's labels; on a layer
-// far wider than its active set, the batch's other labels (in-batch negatives, at most
-// max_active); the hash candidates; then a random fill to min_active drawn from a stream
+// more than twice as wide as its largest active set, the batch's other labels (in-batch
+// negatives, at most max_active); the hash candidates; then a random fill to min_active drawn from a stream
 // shared by the batch (so the batch shares its random negatives and touches few rows). The
 // fill neurons carry the sampled-softmax weight (unchosen neurons / fill size) in the
 // normaliser, so the loss estimates the full softmax loss.

@@ -104,7 +104,7 @@ namespace {
 constexpr int64_t kMaxRecordedWidth = 4096;
 // A hash-sampled output layer adds the batch's labels as negatives when it has more than this
 // many neurons per active-set slot (see train_batch).
-constexpr int64_t kInBatchWidth = 16;
+constexpr int64_t kInBatchWidth = 2;
 
 // Salts that separate the random streams derived from the network seed.
 constexpr uint64_t kInitSalt = 0x494e4954ull;     // weight initialisation
@@ -651,9 +651,12 @@ float Network::train_batch(const CsrView& x, const CsrView& y, const int64_t* ro
   std::vector<int32_t>& batch_labels = batch_labels_;
   batch_labels.clear();
   const SelectionParams& out_sel = layers_.back().spec.selection;
-  // Only for layers far wider than their active sets: a narrow layer's fill and hash
-  // candidates already reach every frequent label, and there the hash-selected prediction
-  // (mode "lsh") is better when training saw the hash candidates as the main negatives.
+  // Only for layers more than kInBatchWidth times wider than their active sets: in a layer
+  // not much wider, the fill and hash candidates already reach every frequent label. Measured
+  // on 20K-label synthetic data (hidden 128, min_active 1000, max_active 4000, 4 epochs):
+  // test P@1 0.51 with the batch's labels as negatives against 0.17 without (frequent labels
+  // are then pushed up by their positives far more often than down as negatives, and rank
+  // first for every input); a dense output layer reaches 0.575.
   const int64_t widest_set = std::max<int64_t>(out_sel.min_active, out_sel.max_active);
   if (layers_.back().lsh() && out_sel.min_active > 0 && layers_.back().out_dim > kInBatchWidth * widest_set) {
     for (int64_t i = 0; i < b; ++i) {
