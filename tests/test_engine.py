@@ -116,14 +116,16 @@ def test_multilabel_and_unlabeled_samples():
     assert np.mean(hits) > 0.9
 
 
-@pytest.mark.parametrize("C, sampling", [(16, "lsh"), (5000, "dense")])  # 5000: blocked wide-layer path
+# 16 dense: matrix products over blocks of samples; 16 lsh: one sample at a time; 5000: blocked
+# wide-layer path. 300 samples: more than one block of 128.
+@pytest.mark.parametrize("C, sampling", [(16, "dense"), (16, "lsh"), (5000, "dense")])
 def test_predict_exact_matches_numpy_forward(C, sampling):
     x, lab, _ = PROBLEM
     net = Network(spec(sampling=sampling, threads=2, C=C))
     train(net, x, lab, epochs=1)
     p = net.parameters()
     ptr, ind, val = x
-    n = 50
+    n = 300
     X = np.zeros((n, 400), np.float32)
     for i in range(n):
         X[i, ind[ptr[i]:ptr[i + 1]]] = val[ptr[i]:ptr[i + 1]]

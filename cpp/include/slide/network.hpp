@@ -140,6 +140,7 @@ class Network {
   bool batched_for(int64_t b) const noexcept;
   float train_batch_layerwise(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
   void predict_exact_blocked(const CsrView& x, int k, int32_t* labels, float* scores) const;
+  void predict_layerwise(const CsrView& x, int k, int32_t* labels, float* scores) const;
   void rebuild_tables_locked();
   int64_t schedule_after(int64_t step) const;
   void discard_gradients();

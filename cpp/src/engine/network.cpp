@@ -1209,11 +1209,84 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
   if (poller.stopped()) throw Interrupted();
 }
 
+void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, float* out_scores) const {
+  // Blocks of samples through the dense layers as matrix products, as in training.
+  constexpr int64_t kBlock = 128;
+  const Kernels& kr = kernels();
+  const int nl = static_cast<int>(layers_.size());
+  const Layer& first = layers_[0];
+  const int64_t w0 = first.out_dim;
+  const int64_t blocks = (x.n + kBlock - 1) / kBlock;
+  InterruptPoller poller;
+  ExceptionCatcher catcher;
+#pragma omp parallel num_threads(threads_) if (x.n * sample_work_ > kParallelWork)
+  {
+    std::vector<std::vector<float>> act(static_cast<size_t>(nl));
+    std::vector<Scored> heap;
+    catcher.run([&] {
+      for (int l = 0; l < nl; ++l) act[l].resize(static_cast<size_t>(kBlock * layers_[l].out_dim));
+      heap.reserve(static_cast<size_t>(k) + 1);
+    });
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      if (catcher.failed() || poller.should_stop()) continue;
+      const int64_t s0 = blk * kBlock, ns = std::min(kBlock, x.n - s0);
+      Rng unused(0);  // no dropout at inference
+      for (int64_t s = 0; s < ns; ++s) {
+        const int64_t a = x.indptr[s0 + s], nnz = x.indptr[s0 + s + 1] - a;
+        float* z = act[0].data() + s * w0;
+        std::copy(first.bias.data(), first.bias.data() + w0, z);
+        for (int64_t q = 0; q < nnz; ++q)
+          kr.axpy(x.values[a + q], first.weight.data() + static_cast<int64_t>(x.indices[a + q]) * first.row_len, z, w0);
+        if (nl > 1) activate(first.spec.activation, z, nullptr, w0, 0.0f, unused);
+      }
+      for (int l = 1; l < nl; ++l) {
+        const Layer& L = layers_[l];
+        const int64_t out = L.out_dim, in = L.in_dim;
+        for (int64_t j0 = 0; j0 < out; j0 += kForwardRows) {
+          const int64_t nj = std::min(kForwardRows, out - j0);
+          kr.matmul_bt(act[l - 1].data(), in, L.weight.data() + j0 * in, in, act[l].data() + j0, out, ns, nj, in);
+        }
+        for (int64_t s = 0; s < ns; ++s) {
+          float* z = act[l].data() + s * out;
+          for (int64_t j = 0; j < out; ++j) z[j] += L.bias[j];
+          if (l + 1 < nl) activate(L.spec.activation, z, nullptr, out, 0.0f, unused);
+        }
+      }
+      const int64_t out = layers_.back().out_dim;
+      for (int64_t s = 0; s < ns; ++s) {
+        const float* z = act[nl - 1].data() + s * out;
+        float mx = z[0];
+        for (int64_t j = 1; j < out; ++j) mx = std::max(mx, z[j]);
+        const double sum = kr.exp_sum(z, out, mx);
+        heap.clear();
+        for (int64_t j = 0; j < out; ++j)
+          if (heap.size() < static_cast<size_t>(k) || z[j] >= heap.front().first)
+            heap_offer(heap, static_cast<size_t>(k), Scored(z[j], static_cast<int32_t>(j)));
+        std::sort_heap(heap.begin(), heap.end(), better);
+        int32_t* lab = out_labels + (s0 + s) * k;
+        float* sc = out_scores + (s0 + s) * k;
+        for (int j = 0; j < k; ++j) {
+          const bool have = j < static_cast<int>(heap.size());
+          lab[j] = have ? heap[j].second : -1;
+          sc[j] = have ? static_cast<float>(std::exp(static_cast<double>(heap[j].first) - mx) / sum) : 0.0f;
+        }
+      }
+    }
+  }
+  catcher.rethrow();
+  if (poller.stopped()) throw Interrupted();
+}
+
 void Network::predict_topk(const CsrView& x, int k, bool use_lsh, int32_t* out_labels, float* out_scores) const {
   std::shared_lock<std::shared_mutex> lock(mutex_);
   if (k < 1) throw InvalidArgument("k: must be >= 1, got " + std::to_string(k));
   const Layer& out = layers_.back();
   use_lsh = use_lsh && out.lsh();
+  if (batch_ && out.out_dim <= kMaxRecordedWidth) {
+    predict_layerwise(x, k, out_labels, out_scores);
+    return;
+  }
   if (!use_lsh && !out.sparse_input && out.out_dim > kMaxRecordedWidth) {
     predict_exact_blocked(x, k, out_labels, out_scores);
     return;
