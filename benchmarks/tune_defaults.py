@@ -10,7 +10,9 @@ epoch. A candidate's score is the mean validation P@1 over data sets and splits 
 count where that mean is highest (so ``training.epochs`` is chosen too).
 
 Search: coordinate-wise from ``START`` (one setting at a time over its values in ``AXES``,
-keeping the best, for ``--rounds`` rounds). The test files are read only after the search has
+for ``--rounds`` rounds); a value replaces the current one only when it raises the score by at
+least ``--min-gain`` (0.001: differences below that are within the spread of the splits, and the
+search should not change a setting on noise). The test files are read only after the search has
 finished: the chosen settings are trained on the full training sets (three seeds) and evaluated
 once, next to the starting point, so the table shows what the search changed on unseen data.
 
@@ -99,6 +101,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=2, help="validation splits per data set")
     ap.add_argument("--max-epochs", type=int, default=15)
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--min-gain", type=float, default=0.001,
+                    help="smallest gain in mean validation P@1 that changes a setting")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
 
@@ -130,7 +134,10 @@ def main(argv=None) -> int:
             for axis, values in AXES.items():
                 candidates = [dict(current, **{axis: v}) for v in values]
                 results = score_all(candidates)
+                here = scored[_key(current)]["score"]
                 top = max(results, key=lambda r: (r["score"], r["params"] == current))
+                if top["score"] < here + args.min_gain:
+                    top = scored[_key(current)]
                 cells = "  ".join(f"{r['params'][axis]}: {r['score']:.4f}@{r['epochs']}" for r in results)
                 print(f"round {rnd} {axis:12} {cells}  -> {top['params'][axis]}", flush=True)
                 if top["params"] != current:
@@ -168,6 +175,7 @@ def main(argv=None) -> int:
                                                                           "cpus": os.cpu_count()},
            "command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),
            "axes": AXES, "start": START, "max_epochs": args.max_epochs, "seeds": args.seeds,
+           "min_gain": args.min_gain,
            "search_seconds": round(search_seconds, 1), "log": log,
            "chosen": {"params": current, "epochs": chosen["epochs"], "valid_score": chosen["score"],
                       "valid_P@1": chosen["valid_P@1"]},

@@ -77,7 +77,7 @@ class LayerConfig:
 
 
 def _default_layers() -> List[LayerConfig]:
-    return [LayerConfig(size=512, activation="relu", sampling="dense"),
+    return [LayerConfig(size=1024, activation="relu", sampling="dense"),
             LayerConfig(size=None, activation="softmax", sampling="auto")]
 
 
@@ -94,11 +94,11 @@ class OptimizerConfig:
 
 @dataclass
 class TrainingConfig:
-    epochs: int = _f(10, "passes over the training set", min=1)
+    epochs: int = _f(13, "passes over the training set", min=1)
     batch_size: int = _f(128, "samples per batch (run in parallel, HOGWILD)", min=1)
     threads: int = _f(0, "CPU threads; 0 = all cores", min=0, max=1024)
     seed: int = _f(0, "seed for shuffling, initialisation and hashing", min=0, max=2**63 - 1)
-    dropout: float = _f(0.6, "dropout on hidden layer outputs during training", min=0.0, lt=1.0)
+    dropout: float = _f(0.7, "dropout on hidden layer outputs during training", min=0.0, lt=1.0)
     rebuild_first: int = _f(50, "hash tables are first rebuilt after this many batches", min=1)
     rebuild_decay: float = _f(0.1, "each later rebuild gap grows by exp(rebuild_decay)", min=0.0)
     eval_every: int = _f(0, "evaluate every N batches; 0 = at the end of each epoch", min=0)
