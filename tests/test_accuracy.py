@@ -88,3 +88,23 @@ def test_lsh_output_layer_matches_dense_on_delicious(delicious):
     p_dense = dense.evaluate(test)["P@1"]
     p_lsh = lsh.evaluate(test)["P@1"]
     assert p_lsh >= p_dense - 0.02, (p_lsh, p_dense)
+
+
+def test_lsh_output_layer_matches_dense_on_bibtex(bibtex):
+    train, test = bibtex
+    # 20-60 of the 159 labels active per sample (plus the sample's own), chosen by SimHash tables;
+    # the layer is more than twice as wide as its active set, so the batch's labels are negatives
+    lsh_settings = {"family": "simhash", "K": 5, "L": 20, "bucket_capacity": 32,
+                    "min_active": 20, "max_active": 60}
+    dense = slide.Network(threads=1)
+    dense.fit(train)
+    cfg = slide.Network(sampling="lsh", threads=1).config.to_dict()
+    cfg["layers"][-1]["lsh"].update(lsh_settings)
+    lsh = slide.Network(cfg)
+    lsh.fit(train)
+    assert lsh.resolved_sampling == ["dense", "lsh"]
+    p_dense = dense.evaluate(test)["P@1"]
+    p_lsh = lsh.evaluate(test)["P@1"]
+    most_frequent = 0.136
+    assert p_dense > most_frequent + 0.4 and p_lsh > most_frequent + 0.4, (p_dense, p_lsh)
+    assert p_lsh >= p_dense - 0.02, (p_lsh, p_dense)
