@@ -51,19 +51,23 @@ def _real_dir(name: str, data_root: Optional[str]) -> str:
 
 
 def _config(name: str, args):
-    """The data set's shipped training config (architecture, LSH, batch, lr) when there is one."""
+    """The data set's shipped training config (architecture, LSH, batch, lr) when there is one:
+    for a synthetic preset its ``synth-<name>.yaml`` first (settings for the synthetic data),
+    else ``<name>.yaml``."""
     from slide.config import Config
+    from slide.datasets import config_path
 
     cfg = Config()
     source = "defaults"
-    try:
-        from slide.datasets import config_path
-        p = config_path(name)
+    for candidate in ([] if name in REAL else [f"synth-{name}"]) + [name]:
+        try:
+            p = config_path(candidate)
+        except (FileNotFoundError, ValueError):
+            continue
         if p and os.path.exists(p):
             cfg = Config.from_yaml(p)
             source = os.path.relpath(p, ROOT)
-    except (FileNotFoundError, ValueError, ImportError):
-        pass
+            break
     if args.threads is not None:
         cfg.training.threads = args.threads
     if args.set:
@@ -149,7 +153,7 @@ def _mib(v):
 
 def table_rows(results: List[Dict[str, Any]]) -> str:
     head = ("| data set | points (train/test eval) | labels | baseline | budget s | samples/s slide | "
-            "samples/s baseline | ratio | P@1 slide @½ / @end | P@1 baseline @½ / @end | "
+            "samples/s baseline | ratio | P@1 slide @½ / @end | P@1 baseline @½ / @end | P@5 slide / baseline @end | "
             "baseline best P@1 | slide time to it | baseline time to it | peak RSS MiB slide / baseline | notes |")
     sep = "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"
     lines = [head, sep]
@@ -189,6 +193,7 @@ def table_rows(results: List[Dict[str, Any]]) -> str:
             f"{_f(_p1_at(s.get('records', []), half))} / {_f(_p1_at(s.get('records', []), end))}",
             f"{_f(_p1_at(t.get('records', []), half))} / {_f(_p1_at(t.get('records', []), end))}"
             if b != "pecos" else f"- / {_f(ts.get('best_P@1'))}",
+            f"{_f(ss.get('final', {}).get('P@5'))} / {_f(ts.get('final', {}).get('P@5'))}",
             _f(c.get("target_P@1")),
             _f(c.get("slide_seconds_to_target"), ".1f"), _f(c.get("baseline_seconds_to_target"), ".1f"),
             f"{_mib(ss.get('peak_rss_bytes'))} / {_mib(ts.get('peak_rss_bytes'))}",
