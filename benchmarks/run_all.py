@@ -121,6 +121,7 @@ def run_one(name: str, args) -> Dict[str, Any]:
     path = os.path.join(RESULTS, f"compare_{name}_{args.baseline}.json")
     with tempfile.NamedTemporaryFile("w", dir=RESULTS, delete=False, suffix=".tmp") as fh:
         json.dump(result, fh, indent=1)
+    os.chmod(fh.name, 0o644)
     os.replace(fh.name, path)
     return result
 

@@ -349,7 +349,10 @@ def _run_isolated(spec: Dict[str, Any], tmp: str) -> Dict[str, Any]:
     result_path = os.path.join(tmp, f"{spec['system']}.result.json")
     with open(spec_path, "w", encoding="utf-8") as fh:
         json.dump(spec, fh)
-    proc = subprocess.Popen([sys.executable, "-m", "slide.compare", spec_path, result_path],
+    # PYTHONSAFEPATH (Python 3.11+): the worker must import the slide this process imported, not
+    # a source checkout that happens to be the working directory (it has no compiled engine).
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    proc = subprocess.Popen([sys.executable, "-m", "slide.compare", spec_path, result_path], env=env,
                             stdout=None if spec["progress"] else subprocess.DEVNULL,
                             stderr=None if spec["progress"] else subprocess.PIPE)
     try:

@@ -60,9 +60,10 @@ _SHORTCUTS = {
 }
 _SPECIAL = ("hidden", "sampling")
 
-# sampling: auto -- below this many neurons a dense layer is as cheap as hashing (the table
-# lookups, the union and the scattered memory access cost about as much as a dense
-# multiply of a few thousand neurons), and above this fraction active the saving is small.
+# sampling: auto -- below this many neurons a dense layer (trained as batched matrix products)
+# reaches a given P@1 at least as fast as hashing, and above this fraction active the saving is
+# small. Measured on synthetic data, hidden 128, 1 thread, 4 epochs: 10,000 labels: dense test
+# P@1 0.616 in 32 s, LSH 0.592 in 34 s; 20,000 labels: dense 0.508 after 48 s, LSH 0.51 in 36 s.
 AUTO_LSH_MIN_NEURONS = 20_000
 AUTO_LSH_MAX_ACTIVE_FRACTION = 0.15
 
