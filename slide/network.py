@@ -459,6 +459,10 @@ class Network:
         _call(cbs, "on_train_begin", self)
 
         core = self._core
+        # The training labels' frequencies, for the sampling correction of a hash-sampled
+        # output layer (derived from the data, so a resumed run gets the same values).
+        counts = np.bincount(tr_arrays.y_indices, minlength=core.output_dim)
+        core.set_label_frequencies(np.minimum(counts / max(1, n), 1.0).astype(np.float32))
         start_step = self.step
         start_position = self.epoch * batches_per_epoch + self._batch_in_epoch
         eval_every = tr.eval_every

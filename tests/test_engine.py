@@ -170,23 +170,63 @@ def test_result_does_not_depend_on_the_thread_count(sampling):
         assert np.array_equal(runs[0][k], runs[1][k]), k
 
 
-def test_wide_sampled_layer_learns_and_does_not_depend_on_the_thread_count():
+@pytest.mark.parametrize("weighted", [False, True])
+def test_wide_sampled_layer_learns_and_does_not_depend_on_the_thread_count(weighted):
     """An output layer far wider than its active set adds the batch's labels as negatives (at
-    most max_active of them, here fewer than the batch holds) and a batch-shared random fill:
-    it still learns, and the result is the same for any thread count."""
+    most max_active of them, here fewer than the batch holds), weighted by their inclusion
+    chances when the label frequencies are known, and a batch-shared random fill: it still
+    learns, and the result is the same for any thread count."""
     x, lab, y = make_problem(n=1500, D=3000, C=400, multilabel=True)
-    net = Network(spec(D=3000, C=400, sampling="lsh"))
+    freq = (np.bincount(lab[1], minlength=400) / 1500).astype(np.float32)
+
+    def make(threads=1):
+        net = Network(spec(D=3000, C=400, sampling="lsh", threads=threads))
+        if weighted:
+            net.set_label_frequencies(freq)
+        assert net.has_label_frequencies == weighted
+        return net
+
+    net = make()
     train(net, x, lab, epochs=6, lr=2e-2)
     top, _ = net.predict_topk(*x, 1)
     # Each point carries labels y and y + 1: the top label must be one of them.
     assert np.mean((top[:, 0] == y) | (top[:, 0] == (y + 1) % 400)) > 0.8
     runs = []
     for threads in (1, 2):
-        net = Network(spec(D=3000, C=400, sampling="lsh", threads=threads))
+        net = make(threads)
         train(net, x, lab, epochs=1, lr=2e-2)
         runs.append(params_copy(net))
     for k in runs[0]:
         assert np.array_equal(runs[0][k], runs[1][k]), k
+
+
+def test_label_frequencies_weight_the_batch_negatives_and_are_checked():
+    x, lab, _ = make_problem(n=600, D=3000, C=400, multilabel=True)
+    freq = (np.bincount(lab[1], minlength=400) / 600).astype(np.float32)
+    runs = []
+    for f in (None, freq):
+        net = Network(spec(D=3000, C=400, sampling="lsh"))
+        if f is not None:
+            net.set_label_frequencies(f)
+        train(net, x, lab, epochs=1, lr=2e-2)
+        runs.append(net.parameters()["layers.1.weight"].copy())
+    assert not np.array_equal(runs[0], runs[1])   # the weights change what is learned
+    net = Network(spec(D=3000, C=400, sampling="lsh"))
+    with pytest.raises(ValueError, match=r"expected 400 values \(one per label\), got 399"):
+        net.set_label_frequencies(freq[:-1])
+    bad = freq.copy()
+    bad[7] = 1.5
+    with pytest.raises(ValueError, match=r"value 1.5.* of label 7 is not in \[0, 1\]"):
+        net.set_label_frequencies(bad)
+    bad[7] = np.nan
+    with pytest.raises(ValueError, match="of label 7 is not in"):
+        net.set_label_frequencies(bad)
+    with pytest.raises(ValueError, match="freq: expected dtype float32"):
+        net.set_label_frequencies(freq.astype(np.float64))
+    assert not net.has_label_frequencies
+    net.set_label_frequencies(freq)
+    net.set_label_frequencies(np.zeros(0, np.float32))   # clears
+    assert not net.has_label_frequencies
 
 
 def test_resumed_run_continues_identically():

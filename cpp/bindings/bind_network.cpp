@@ -250,6 +250,18 @@ run from several Python threads at once.)doc")
           },
           "Batches trained so far (Adam bias correction and the rebuild schedule follow it).")
       .def(
+          "set_label_frequencies",
+          [](Network& n, const py::object& freq) {
+            int64_t len = 0;
+            const float* f = array_1d<float>(freq, "freq", &len);
+            n.set_label_frequencies(f, len);
+          },
+          py::arg("freq"),
+          "Share of the training points that carry each label (float32 [output_dim], in [0, 1]); an "
+          "empty array clears it. A hash-sampled output layer weights the batch's other labels by it "
+          "when they serve as negatives. Network.fit sets it from the training data.")
+      .def_property_readonly("has_label_frequencies", &Network::has_label_frequencies)
+      .def(
           "rebuild_tables",
           [](Network& n) {
             py::gil_scoped_release release;

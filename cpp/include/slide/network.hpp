@@ -114,6 +114,12 @@ class Network {
   // that active set; slots beyond the active set get label -1, score 0.
   void predict_topk(const CsrView& x, int k, bool use_lsh, int32_t* labels, float* scores) const;
 
+  // Share of the training points that carry each label (output_dim values in [0, 1]), or
+  // n == 0 to clear. A hash-sampled output layer uses it to weight the batch's labels when
+  // they serve as negatives (see train_sample); without it they are unweighted.
+  void set_label_frequencies(const float* freq, int64_t n);
+  bool has_label_frequencies() const noexcept { return !label_freq_.empty(); }
+
   int64_t step() const noexcept { return step_; }
   void set_step(int64_t step);
   // Rebuilds every LSH layer's tables from the current weights.
@@ -155,6 +161,8 @@ class Network {
   std::vector<const float*> vec_ptrs_;                  // optimizer scratch
   std::vector<int32_t> batch_labels_;                   // train_batch scratch: the batch's labels
   std::vector<int32_t> batch_occurrences_;              // train_batch scratch: label occurrences
+  std::vector<float> batch_q_;                          // train_batch scratch: their inclusion chances
+  std::vector<float> label_freq_;                       // share of training points per label, or empty
   int64_t sample_work_ = 0;  // estimated multiply-adds per sample
   int64_t step_ = 0;
   int64_t next_rebuild_ = -1;

@@ -34,6 +34,7 @@ struct Network::Workspace {
   std::vector<uint32_t> buckets;
   std::vector<int32_t> labels;
   std::vector<int32_t> forced;  // training: own labels, then the batch's other labels
+  std::vector<float> forced_q;  // inclusion probability of each of those other labels
   std::vector<std::vector<int32_t>> touched;  // rows this thread marked in this batch
   std::vector<std::pair<float, int32_t>> heap;  // predict: top-k candidates
   std::vector<float> grad_row;                  // optimizer: one row's gradient
@@ -479,7 +480,8 @@ namespace {
 // the sample's loss.
 float train_sample(std::vector<Layer>& layers, Network::Workspace& ws, Network::SampleRecord& rec,
                    const Kernels& kr, const CsrView& x, const CsrView& y, int64_t r, float inv_b, float dropout,
-                   Rng& rng, const Rng& shared_fill, const std::vector<int32_t>& batch_labels) {
+                   Rng& rng, const Rng& shared_fill, const std::vector<int32_t>& batch_labels,
+                   const std::vector<float>& batch_q) {
   rec.clear();
   // Sorted unique labels: the target puts mass 1/|y| on each.
   ws.labels.assign(y.indices + y.indptr[r], y.indices + y.indptr[r + 1]);
@@ -495,7 +497,8 @@ float train_sample(std::vector<Layer>& layers, Network::Workspace& ws, Network::
   Layer& out = layers[nl - 1];
   const bool sampled = out.lsh();
   // A hash-sampled output layer also scores every other label of the batch (in-batch
-  // negatives, as in Yi et al., RecSys 2019; kept unweighted like hash candidates). The
+  // negatives, as in Yi et al., RecSys 2019; weighted below when the label frequencies are
+  // known, unweighted otherwise, and hash candidates always unweighted). The
   // labels that appear most often are then negatives in nearly every batch and get the
   // gradient a full softmax would give them, instead of one only when the uniform fill hits
   // them: without this a short run ranks the most frequent labels first for every input.
@@ -505,8 +508,14 @@ float train_sample(std::vector<Layer>& layers, Network::Workspace& ws, Network::
   int n_forced = n_lab;
   if (sampled && sel.min_active > 0 && !batch_labels.empty()) {
     ws.forced.assign(ws.labels.begin(), ws.labels.end());
-    for (int32_t j : batch_labels)
-      if (!std::binary_search(ws.labels.begin(), ws.labels.end(), j)) ws.forced.push_back(j);
+    ws.forced_q.clear();
+    const bool weighted = !batch_q.empty();
+    for (size_t i = 0; i < batch_labels.size(); ++i) {
+      const int32_t j = batch_labels[i];
+      if (std::binary_search(ws.labels.begin(), ws.labels.end(), j)) continue;
+      ws.forced.push_back(j);
+      if (weighted) ws.forced_q.push_back(batch_q[i]);
+    }
     forced = ws.forced.data();
     n_forced = static_cast<int>(ws.forced.size());
     sel.min_active += n_forced;
@@ -528,9 +537,26 @@ float train_sample(std::vector<Layer>& layers, Network::Workspace& ws, Network::
   if (sampled) {
     const int64_t n_fill = ws.samplers[nl - 1]->filled();
     const int64_t chosen = static_cast<int64_t>(m) - n_fill;
+    double fill_rate = 1.0;  // chance that a neuron outside the chosen ones is in the fill
     if (n_fill > 0 && out.out_dim - chosen > n_fill) {
-      const float log_w = static_cast<float>(std::log(static_cast<double>(out.out_dim - chosen) / n_fill));
+      fill_rate = static_cast<double>(n_fill) / static_cast<double>(out.out_dim - chosen);
+      const float log_w = static_cast<float>(-std::log(fill_rate));
       for (size_t i = static_cast<size_t>(chosen); i < m; ++i) z[i] += log_w;
+    } else if (n_fill == 0) {
+      fill_rate = std::min(1.0, static_cast<double>(m) / static_cast<double>(out.out_dim));
+    }
+    // The same correction for the batch's other labels (logQ correction of in-batch
+    // negatives, Yi et al., RecSys 2019): label j is here with probability q_j (it is a label
+    // of another sample of the batch, from its training frequency, or else drawn in the fill),
+    // so it stands for 1/q_j such labels. Unweighted, a rare label is pushed down as a
+    // negative far less often than a full softmax would and, with many labels per point, ends
+    // up scored above the frequent ones as training goes on.
+    if (!ws.forced_q.empty()) {
+      for (size_t i = 0; i < ws.forced_q.size(); ++i) {
+        const double qb = ws.forced_q[i];
+        const double q = qb + (1.0 - qb) * fill_rate;
+        z[static_cast<size_t>(n_lab) + i] -= static_cast<float>(std::log(q));
+      }
     }
   }
   // Softmax over the active set, in a numerically safe form.
@@ -649,7 +675,9 @@ float Network::train_batch(const CsrView& x, const CsrView& y, const int64_t* ro
   const Rng shared_fill(stream_seed(spec_.seed, kFillSalt, static_cast<uint64_t>(t)));
   // The batch's labels, sorted and unique (in-batch negatives of a hash-sampled output layer).
   std::vector<int32_t>& batch_labels = batch_labels_;
+  std::vector<float>& batch_q = batch_q_;
   batch_labels.clear();
+  batch_q.clear();
   const SelectionParams& out_sel = layers_.back().spec.selection;
   // Only for layers more than kInBatchWidth times wider than their active sets: in a layer
   // not much wider, the fill and hash candidates already reach every frequent label. Measured
@@ -671,6 +699,7 @@ float Network::train_batch(const CsrView& x, const CsrView& y, const int64_t* ro
     occ.assign(batch_labels.begin(), batch_labels.end());
     std::sort(batch_labels.begin(), batch_labels.end());
     batch_labels.erase(std::unique(batch_labels.begin(), batch_labels.end()), batch_labels.end());
+    double draw_share = 1.0;  // share of the occurrences drawn to fill the cap
     if (batch_labels.size() > cap) {
       Rng pick(stream_seed(spec_.seed, kFillSalt, static_cast<uint64_t>(t), 1));
       batch_labels.clear();
@@ -681,6 +710,27 @@ float Network::train_batch(const CsrView& x, const CsrView& y, const int64_t* ro
         // Sorted insertion keeps the list ready for binary search (it holds at most cap ids).
         auto it = std::lower_bound(batch_labels.begin(), batch_labels.end(), j);
         if (it == batch_labels.end() || *it != j) batch_labels.insert(it, j);
+      }
+      draw_share = static_cast<double>(k) / static_cast<double>(occ.size());
+    }
+    // Inclusion probabilities for the sampling correction in train_sample: label j is a label
+    // of one of the other b - 1 samples with probability 1 - (1 - f_j)^(b-1) (f_j: its share
+    // of the training points), and survives the cap with probability 1 - (1 - draw_share)^c_j
+    // (c_j: its occurrences in this batch).
+    if (!label_freq_.empty()) {
+      std::sort(occ.begin(), occ.end());
+      batch_q.resize(batch_labels.size());
+      const double others = static_cast<double>(b - 1);
+      for (size_t i = 0; i < batch_labels.size(); ++i) {
+        const int32_t j = batch_labels[i];
+        const double f = std::min(static_cast<double>(label_freq_[static_cast<size_t>(j)]), 1.0 - 1e-9);
+        double q = -std::expm1(others * std::log1p(-f));
+        if (draw_share < 1.0) {
+          const auto range = std::equal_range(occ.begin(), occ.end(), j);
+          const double c = static_cast<double>(range.second - range.first);
+          q *= -std::expm1(c * std::log1p(-draw_share));
+        }
+        batch_q[i] = static_cast<float>(q);
       }
     }
   }
@@ -693,7 +743,7 @@ float Network::train_batch(const CsrView& x, const CsrView& y, const int64_t* ro
       catcher.run([&] {
         Rng rng(stream_seed(spec_.seed, kTrainSalt, static_cast<uint64_t>(t), static_cast<uint64_t>(i)));
         total += train_sample(layers, ws, *records_[i], kr, x, y, rows[i], inv_b, dropout, rng, shared_fill,
-                              batch_labels);
+                              batch_labels, batch_q);
       });
     }
   }
@@ -1100,6 +1150,18 @@ void Network::set_step(int64_t step) {
   std::unique_lock<std::shared_mutex> lock(mutex_);
   step_ = step;
   next_rebuild_ = has_lsh_ ? schedule_after(step) : -1;
+}
+
+void Network::set_label_frequencies(const float* freq, int64_t n) {
+  if (n != 0 && n != output_dim())
+    throw InvalidArgument("label frequencies: expected " + std::to_string(output_dim()) +
+                          " values (one per label), got " + std::to_string(n));
+  for (int64_t j = 0; j < n; ++j)
+    if (!(freq[j] >= 0.0f && freq[j] <= 1.0f))
+      throw InvalidArgument("label frequencies: value " + std::to_string(freq[j]) + " of label " +
+                            std::to_string(j) + " is not in [0, 1]");
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  label_freq_.assign(freq, freq + n);
 }
 
 // ------------------------------------------------------------------ prediction
