@@ -12,12 +12,18 @@ Examples::
     python benchmarks/run_all.py --datasets bibtex,delicious --budget 60
     python benchmarks/run_all.py --datasets synth-20k --budget 300 --max-train 50000
     python benchmarks/run_all.py --datasets amazon-670k --budget 600 --max-train 50000 --eval-samples 5000
+    python benchmarks/run_all.py --datasets bibtex,delicious --budget 30 --seeds 0,1,2
     python benchmarks/run_all.py --table-only          # rebuild the README table from results/
 
 Real data sets (bibtex, delicious) are read from ``--data-root`` (default: ``../shared/datasets``
 beside the repository, else the repository's ``datasets/``). Synthetic sets come from
 ``slide.datasets.make_synthetic``; ``--max-train``/``--max-test`` cut them (the JSON and the
 table say how many points were used).
+
+``--seeds 0,1,2`` repeats each comparison with ``training.seed`` set to each seed (for both
+systems: initialisation, shuffling, dropout), writes ``results/seeds/compare_<dataset>_<baseline>_seed<s>.json``
+and rebuilds the second table of the README (between the ``seeds`` markers): the spread over
+seeds of both systems' final and best P@1 and of the samples/s ratio.
 """
 from __future__ import annotations
 
@@ -37,7 +43,9 @@ RESULTS = os.path.join(HERE, "results")
 README = os.path.join(HERE, "README.md")
 REAL = ("bibtex", "delicious")
 SYNTHETIC = ("synth-20k", "amazon-670k", "delicious-200k")
+SEEDS_DIR = os.path.join(RESULTS, "seeds")
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+SEEDS_START, SEEDS_END = "<!-- seeds:start -->", "<!-- seeds:end -->"
 
 
 def _real_dir(name: str, data_root: Optional[str]) -> str:
@@ -50,7 +58,7 @@ def _real_dir(name: str, data_root: Optional[str]) -> str:
     raise FileNotFoundError(f"{name}: no train.txt/test.txt under {', '.join(roots)}")
 
 
-def _config(name: str, args):
+def _config(name: str, args, extra: Optional[List[str]] = None):
     """The data set's shipped training config (architecture, LSH, batch, lr) when there is one:
     for a synthetic preset its ``synth-<name>.yaml`` first (settings for the synthetic data),
     else ``<name>.yaml``."""
@@ -70,18 +78,19 @@ def _config(name: str, args):
             break
     if args.threads is not None:
         cfg.training.threads = args.threads
-    if args.set:
-        cfg = cfg.with_overrides(args.set)
-        source += " with " + " ".join(args.set)
+    sets = list(args.set) + list(extra or [])
+    if sets:
+        cfg = cfg.with_overrides(sets)
+        source += " with " + " ".join(sets)
     d = cfg.to_dict()
     d["data"]["train"] = d["data"]["test"] = d["data"]["valid"] = None
     return d, source
 
 
-def run_one(name: str, args) -> Dict[str, Any]:
+def run_one(name: str, args, seed: Optional[int] = None) -> Dict[str, Any]:
     from slide.compare import run_compare
 
-    cfg, source = _config(name, args)
+    cfg, source = _config(name, args, [] if seed is None else [f"training.seed={seed}"])
     notes: List[str] = []
     train = test = None
     if name in REAL:
@@ -99,7 +108,8 @@ def run_one(name: str, args) -> Dict[str, Any]:
             shape["num_test"] = args.max_test
             notes.append(f"{args.max_test} of {spec.num_test} test points")
         train, test = make_synthetic(name, seed=args.seed, **shape)
-    out = os.path.join(ROOT, "runs", "benchmarks", f"{name}_{args.baseline}")
+    tag = f"{name}_{args.baseline}" + ("" if seed is None else f"_seed{seed}")
+    out = os.path.join(ROOT, "runs", "benchmarks", tag)
     result = run_compare(cfg, baseline=args.baseline, budget_seconds=args.budget, device=args.device,
                          out_dir=out, progress=not args.quiet, train=train, test=test,
                          eval_samples=args.eval_samples, dataset_name=name,
@@ -117,9 +127,12 @@ def run_one(name: str, args) -> Dict[str, Any]:
         "plot": os.path.relpath(result["plot"], ROOT),
     }
     _relative_paths(result)
-    os.makedirs(RESULTS, exist_ok=True)
-    path = os.path.join(RESULTS, f"compare_{name}_{args.baseline}.json")
-    with tempfile.NamedTemporaryFile("w", dir=RESULTS, delete=False, suffix=".tmp") as fh:
+    if seed is not None:
+        result["benchmark"]["seed"] = seed
+    folder = RESULTS if seed is None else SEEDS_DIR
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"compare_{tag}.json")
+    with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as fh:
         json.dump(result, fh, indent=1)
     os.chmod(fh.name, 0o644)
     os.replace(fh.name, path)
@@ -203,23 +216,73 @@ def table_rows(results: List[Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def update_readme() -> str:
-    results = []
-    if os.path.isdir(RESULTS):
-        for fn in sorted(os.listdir(RESULTS)):
+def _spread(values: List[float], spec: str = ".3f") -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return format(mean, spec)
+    return f"{format(mean, spec)} ({format(min(values), spec)}-{format(max(values), spec)})"
+
+
+def seed_rows(results: List[Dict[str, Any]]) -> str:
+    """One row per data set and baseline: mean (min-max) over the seeds' runs."""
+    head = ("| data set | baseline | seeds | budget s | P@1 slide @end | P@1 baseline @end | best P@1 slide | "
+            "best P@1 baseline | samples/s ratio | runs where slide ends at or above the baseline |")
+    lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+    groups: Dict[tuple, List[Dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["dataset"]["name"], r["baseline"], r["budget_seconds"]), []).append(r)
+    for (name, b, budget), rs in sorted(groups.items()):
+        rs.sort(key=lambda r: r.get("benchmark", {}).get("seed", 0))
+
+        def final(r, system):
+            return r["systems"].get(system, {}).get("summary", {}).get("final", {}).get("P@1")
+
+        def best(r, system):
+            return r["systems"].get(system, {}).get("summary", {}).get("best_P@1")
+
+        sf, bf = [final(r, "slide") for r in rs], [final(r, b) for r in rs]
+        wins = sum(1 for x, y in zip(sf, bf) if x is not None and y is not None and round(x, 4) >= round(y, 4))
+        lines.append("| " + " | ".join([
+            name, b, ",".join(str(r.get("benchmark", {}).get("seed", "?")) for r in rs), _f(budget, "g"),
+            _spread(sf), _spread(bf), _spread([best(r, "slide") for r in rs]), _spread([best(r, b) for r in rs]),
+            _spread([r["comparison"].get("samples_per_second_ratio") for r in rs], ".2f") if b != "pecos" else "-",
+            f"{wins} of {len(rs)}",
+        ]) + " |")
+    return "\n".join(lines)
+
+
+def _load(folder: str) -> List[Dict[str, Any]]:
+    out = []
+    if os.path.isdir(folder):
+        for fn in sorted(os.listdir(folder)):
             if fn.startswith("compare_") and fn.endswith(".json"):
-                with open(os.path.join(RESULTS, fn), "r", encoding="utf-8") as fh:
-                    results.append(json.load(fh))
+                with open(os.path.join(folder, fn), "r", encoding="utf-8") as fh:
+                    out.append(json.load(fh))
+    return out
+
+
+def _replace(text: str, start: str, end: str, body: str) -> str:
+    if start not in text or end not in text:
+        raise SystemExit(f"{README}: the markers {start} / {end} are missing")
+    return re.sub(re.escape(start) + r".*?" + re.escape(end), lambda m: f"{start}\n{body}\n{end}", text, flags=re.S)
+
+
+def update_readme() -> str:
+    results = _load(RESULTS)
     table = table_rows(results) if results else "(no results yet: run benchmarks/run_all.py)"
+    seeded = _load(SEEDS_DIR)
+    seeds = seed_rows(seeded) if seeded else "(no results yet: run benchmarks/run_all.py --seeds 0,1,2)"
     with open(README, "r", encoding="utf-8") as fh:
         text = fh.read()
-    if START not in text or END not in text:
-        raise SystemExit(f"{README}: the markers {START} / {END} are missing")
-    new = re.sub(re.escape(START) + r".*?" + re.escape(END), lambda m: f"{START}\n{table}\n{END}",
-                 text, flags=re.S)
+    new = _replace(text, START, END, table)
+    if SEEDS_START in text:
+        new = _replace(new, SEEDS_START, SEEDS_END, seeds)
     with open(README, "w", encoding="utf-8") as fh:
         fh.write(new)
-    return table
+    return table + ("\n\n" + seeds if seeded else "")
 
 
 def main(argv=None) -> int:
@@ -243,7 +306,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
     p.add_argument("--data-root", default=None, help="folder holding bibtex/ and delicious/")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.add_argument("--table-only", action="store_true", help="only rebuild the README table")
+    p.add_argument("--seeds", type=lambda t: [int(v) for v in t.split(",")], default=None, metavar="S1,S2,...",
+                   help="repeat each comparison with training.seed set to each of these (results/seeds/)")
+    p.add_argument("--table-only", action="store_true", help="only rebuild the README tables")
     args = p.parse_args(argv)
     if not args.table_only:
         names = [n.strip() for n in args.datasets.split(",") if n.strip()]
@@ -251,7 +316,8 @@ def main(argv=None) -> int:
         if unknown:
             p.error(f"unknown data set(s) {', '.join(unknown)}; choose from {', '.join(REAL + SYNTHETIC)}")
         for n in names:
-            run_one(n, args)
+            for seed in (args.seeds if args.seeds else [None]):
+                run_one(n, args, seed)
     print(update_readme())
     return 0
 

@@ -129,3 +129,29 @@ def test_compare_in_process_on_in_memory_datasets(tmp_path):
         assert [rec["mark"] for rec in s["records"]] == [0.4, 0.8]
         assert s["summary"]["samples"] > 0
     assert (tmp_path / "compare.json").exists() and (tmp_path / "compare.png").exists()
+
+
+def _run_all_module():
+    spec = importlib.util.spec_from_file_location("run_all", os.path.join(ROOT, "benchmarks", "run_all.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_seed_table_gives_mean_and_range_over_seeds_and_counts_wins():
+    run_all = _run_all_module()
+
+    def result(seed, slide_p1, torch_p1, ratio):
+        system = lambda p1: {"summary": {"final": {"P@1": p1}, "best_P@1": p1 + 0.01}}
+        return {"dataset": {"name": "bibtex"}, "baseline": "torch", "budget_seconds": 30.0,
+                "benchmark": {"seed": seed}, "comparison": {"samples_per_second_ratio": ratio},
+                "systems": {"slide": system(slide_p1), "torch": system(torch_p1)}}
+
+    table = run_all.seed_rows([result(2, 0.64, 0.65, 1.5), result(0, 0.66, 0.65, 1.7), result(1, 0.65, 0.62, 1.6)])
+    row = table.splitlines()[2].split(" | ")
+    assert row[0] == "| bibtex" and row[1] == "torch" and row[2] == "0,1,2"
+    assert row[4] == "0.650 (0.640-0.660)"         # slide's final P@1 over the seeds
+    assert row[5] == "0.640 (0.620-0.650)"         # the baseline's
+    assert row[6] == "0.660 (0.650-0.670)"         # best P@1
+    assert row[8] == "1.60 (1.50-1.70)"
+    assert row[9].startswith("2 of 3")             # seeds 0 and 1; seed 2 ends below
