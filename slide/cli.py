@@ -89,6 +89,20 @@ def _default_config_path() -> str:
     return datasets.config_path("bibtex")
 
 
+def _describe_network(net) -> str:
+    """One line: the layer sizes, activations and the sampling each layer trains with
+    (saying when ``sampling: auto`` chose it)."""
+    from .memory import layer_sizes
+
+    sizes = layer_sizes(net.config, net.num_labels)
+    parts = [f"network: {net.num_features} features"]
+    requested = net.requested_sampling or [None] * len(sizes)
+    for layer, size, mode, asked in zip(net.config.layers, sizes, net.resolved_sampling or [], requested):
+        how = f"{mode}, chosen by sampling: auto" if asked == "auto" else mode
+        parts.append(f"{size} {layer.activation} ({how})")
+    return " -> ".join(parts)
+
+
 def _make_progress(quiet: bool):
     from tqdm import tqdm
 
@@ -100,8 +114,12 @@ def _make_progress(quiet: bool):
         def __init__(self):
             self.bar = None
             self.loss = None
+            self.described = False
 
         def on_train_begin(self, net):
+            if not self.described:
+                self.described = True
+                self.write(_describe_network(net))
             # samples still to train in this call (a resumed run starts part way)
             remaining = int(getattr(net, "_progress_total_samples", 0)) or None
             self.bar = tqdm(total=remaining, unit="samples", unit_scale=True, file=sys.stderr,

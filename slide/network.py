@@ -216,6 +216,8 @@ class Network:
         self.num_features: Optional[int] = None
         self.num_labels: Optional[int] = None
         self.resolved_sampling: Optional[List[str]] = None
+        # what the config asked for before ``auto`` was resolved (None for a loaded network)
+        self.requested_sampling: Optional[List[str]] = None
         self.epoch = 0                # completed epochs
         self._batch_in_epoch = 0      # batches of the current epoch already trained
         self._idf: Optional[np.ndarray] = None
@@ -264,6 +266,7 @@ class Network:
     def _build(self, num_features: int, num_labels: int) -> None:
         core = _core_module()
         cfg = self.config.copy()
+        requested = [layer.sampling for layer in cfg.layers]
         sampling = choose_sampling(cfg, num_labels)
         sizes = _memory.layer_sizes(cfg, num_labels)
         _memory.check_fits(cfg, num_features, num_labels, sampling=sampling)
@@ -277,6 +280,7 @@ class Network:
         self.num_features = num_features
         self.num_labels = num_labels
         self.resolved_sampling = sampling
+        self.requested_sampling = requested
         log.debug("network built: %d features, layers %s, sampling %s", num_features, sizes, sampling)
 
     def _require_built(self, what: str) -> None:

@@ -117,6 +117,8 @@ def test_progress_bar_and_metric_lines(trained):
     assert "samples/s" in r.stderr  # tqdm bar on stderr
     metric_lines = [l for l in r.stdout.splitlines() if l.startswith("epoch ")]
     assert len(metric_lines) == 2 and all("P@1" in l and "loss" in l for l in metric_lines)
+    # the network it trains, before the metric lines
+    assert r.stdout.splitlines()[0] == "network: 1836 features -> 64 relu (dense) -> 159 softmax (dense)"
 
 
 def test_train_without_config_uses_the_bundled_bibtex_config(tmp_path):
@@ -128,6 +130,14 @@ def test_train_without_config_uses_the_bundled_bibtex_config(tmp_path):
     assert Path(cfg.data.train).resolve() == (BIBTEX / "train.txt").resolve()
     assert cfg.training.epochs == 1
     assert re.search(r"P@1 0\.\d{4}  P@3 0\.\d{4}  P@5 0\.\d{4}", r.stdout)
+
+
+def test_train_says_what_sampling_auto_chose(tmp_path):
+    # the bundled Bibtex config leaves the output layer's sampling to `auto`
+    r = run_cli("train", "--set", "training.epochs=1", "--set", "training.threads=1", "--set", "layers.0.size=64",
+                cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "network: 1836 features -> 64 relu (dense) -> 159 softmax (dense, chosen by sampling: auto)" in r.stdout
 
 
 def test_quiet_prints_only_the_result(tmp_path):
