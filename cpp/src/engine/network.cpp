@@ -506,9 +506,9 @@ float train_sample(std::vector<Layer>& layers, Network::Workspace& ws, Network::
   SelectionParams sel = out.spec.selection;
   const int32_t* forced = ws.labels.data();
   int n_forced = n_lab;
+  ws.forced_q.clear();  // this sample's, never a previous batch's (its batch may have no labels)
   if (sampled && sel.min_active > 0 && !batch_labels.empty()) {
     ws.forced.assign(ws.labels.begin(), ws.labels.end());
-    ws.forced_q.clear();
     const bool weighted = !batch_q.empty();
     for (size_t i = 0; i < batch_labels.size(); ++i) {
       const int32_t j = batch_labels[i];
