@@ -11,6 +11,7 @@ The first input byte picks the mode:
      and the edited dict goes to ``Config.from_dict``;
   2: the rest is split into ``key=value`` assignments for ``Config.with_overrides``.
 """
+import copy
 import os
 import sys
 
@@ -54,7 +55,9 @@ def _set(tree, path, value):
 def _value(fdp):
     kind = fdp.ConsumeIntInRange(0, 5)
     if kind <= 2:
-        return _VALUES[fdp.ConsumeIntInRange(0, len(_VALUES) - 1)]
+        # a copy: later edits of the tree must not change (or nest into) the shared examples,
+        # which would carry state from one input to the next
+        return copy.deepcopy(_VALUES[fdp.ConsumeIntInRange(0, len(_VALUES) - 1)])
     if kind == 3:
         return fdp.ConsumeInt(8)
     if kind == 4:
