@@ -92,14 +92,13 @@ def _default_config_path() -> str:
 def _describe_network(net) -> str:
     """One line: the layer sizes, activations and the sampling each layer trains with
     (saying when ``sampling: auto`` chose it)."""
-    from .memory import layer_sizes
-
-    sizes = layer_sizes(net.config, net.num_labels)
+    # a built network's config has every size and sampling resolved
+    layers = net.config.layers
+    requested = net.requested_sampling or [None] * len(layers)
     parts = [f"network: {net.num_features} features"]
-    requested = net.requested_sampling or [None] * len(sizes)
-    for layer, size, mode, asked in zip(net.config.layers, sizes, net.resolved_sampling or [], requested):
-        how = f"{mode}, chosen by sampling: auto" if asked == "auto" else mode
-        parts.append(f"{size} {layer.activation} ({how})")
+    for layer, asked in zip(layers, requested):
+        how = f"{layer.sampling}, chosen by sampling: auto" if asked == "auto" else layer.sampling
+        parts.append(f"{layer.size} {layer.activation} ({how})")
     return " -> ".join(parts)
 
 

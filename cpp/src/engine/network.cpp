@@ -718,7 +718,7 @@ float Network::train_batch(const CsrView& x, const CsrView& y, const int64_t* ro
     // of the training points), and survives the cap with probability 1 - (1 - draw_share)^c_j
     // (c_j: its occurrences in this batch).
     if (!label_freq_.empty()) {
-      std::sort(occ.begin(), occ.end());
+      if (draw_share < 1.0) std::sort(occ.begin(), occ.end());  // counted only after a cap
       batch_q.resize(batch_labels.size());
       const double others = static_cast<double>(b - 1);
       for (size_t i = 0; i < batch_labels.size(); ++i) {
