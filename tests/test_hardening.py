@@ -193,7 +193,10 @@ def test_sigkill_at_random_points_then_resume_completes_identically(tmp_path):
     """Kill `slide train` with SIGKILL several times; every checkpoint on disk stays
     loadable and the resumed run ends with the same model as an uninterrupted one
     (one thread, dense layers: training is bit-reproducible across checkpoints)."""
-    cfg = bibtex_config(tmp_path / "small.yaml", epochs=10)
+    # Each attempt trains one epoch and up to 0.25 s more before its kill: enough epochs that
+    # three attempts cannot finish the run even at 0.03 s per epoch (measured on 2 cores).
+    epochs = 60
+    cfg = bibtex_config(tmp_path / "small.yaml", epochs=epochs)
     rng = random.Random(7)
     run = tmp_path / "killed"
     kills = 0
@@ -225,10 +228,10 @@ def test_sigkill_at_random_points_then_resume_completes_identically(tmp_path):
     r = run_cli("train", cfg, "--out", ref, "--quiet", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     a, b = slide.Network.load(run / "model.slide"), slide.Network.load(ref / "model.slide")
-    assert a.epoch == b.epoch == 10 and a.step == b.step
+    assert a.epoch == b.epoch == epochs and a.step == b.step
     assert same_parameters(a, b)
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert steps == sorted(set(steps)) and len(steps) == 10, "metrics lost or repeated across resumes"
+    assert steps == sorted(set(steps)) and len(steps) == epochs, "metrics lost or repeated across resumes"
     assert not list((run / "checkpoints").glob("*.tmp")), "partial checkpoint files left behind"
     assert checked >= kills
 
