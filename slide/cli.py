@@ -57,7 +57,7 @@ def _metric_line(rec: Dict) -> str:
     epoch = rec.get("epoch", "?")
     if isinstance(epoch, float):
         epoch = f"{epoch:g}" if epoch.is_integer() else f"{epoch:.2f}"
-    head = [f"epoch {epoch}", f"step {rec.get('step', '?')}"]
+    head = ([rec["phase"]] if rec.get("phase") else []) + [f"epoch {epoch}", f"step {rec.get('step', '?')}"]
     if rec.get("seconds") is not None:
         head.append(f"{rec['seconds']:.1f}s")
     if rec.get("loss") is not None:
@@ -196,8 +196,13 @@ def cmd_train(args) -> int:
     print(f"final ({summary['evaluated_on']}): " + "  ".join(
         f"P@{k} {summary[f'P@{k}']:.4f}" for k in ks if f"P@{k}" in summary))
     sps = summary.get("samples_per_second")
+    if summary.get("refit_epochs"):
+        kept = (f"epochs auto: best validation P@1 after {summary['best_epoch']} epochs, "
+                f"refit on all of train for {summary['refit_epochs']}")
+    else:
+        kept = f"kept epoch {summary['kept_epoch']}"
     print(f"train {summary['train_seconds']:.1f}s  " + (f"{sps:.0f} samples/s  " if sps else "")
-          + f"peak RSS {_fmt_bytes(summary['peak_rss_bytes'])}  kept epoch {summary['kept_epoch']}")
+          + f"peak RSS {_fmt_bytes(summary['peak_rss_bytes'])}  {kept}")
     print(f"saved {run.path}")
     return 0
 

@@ -46,7 +46,8 @@ class DataConfig:
     train: Optional[str] = _f(None, "training file (XC text format or libsvm multilabel)")
     test: Optional[str] = _f(None, "test file, evaluated during and after training")
     valid: Optional[str] = _f(None, "validation file for early stopping; null = hold out valid_fraction of train")
-    valid_fraction: float = _f(0.0, "fraction of train held out (seeded) for validation when `valid` is null; 0 = none")
+    valid_fraction: float = _f(0.0, "fraction of train held out (seeded) for validation when `valid` is null; "
+                                    "0 = none, except that training.epochs=auto holds out 20% (at most 5,000 points)")
     format: str = _f("auto", "file format: auto | xc | libsvm", choices=("auto", "xc", "libsvm"))
     normalize: str = _f("l2", "input row scaling: none | l2 | tfidf_l2", choices=("none", "l2", "tfidf_l2"))
     cache: bool = _f(True, "keep a binary cache of parsed files (reused only while the source is unchanged)")
@@ -89,12 +90,26 @@ class OptimizerConfig:
     eps: float = _f(1e-8, "Adam epsilon", gt=0.0)
     weight_decay: float = _f(0.0, "decoupled weight decay on touched rows", min=0.0)
     warmup_steps: int = _f(0, "linear learning-rate warm-up over this many steps", min=0)
-    lr_decay: float = _f(0.85, "multiply the learning rate by this after each epoch", gt=0.0, max=1.0)
+    lr_decay: float = _f(0.85, "multiply the learning rate by this after each epoch, or after every "
+                                "lr_decay_min_steps batches when an epoch is shorter (1 = off)", gt=0.0, max=1.0)
+    lr_decay_min_steps: int = _f(50, "lr_decay applies at most once per this many batches, so that small "
+                                     "data sets (few batches per epoch) are not starved of steps", min=1)
+    lr_plateau: float = _f(1.0, "multiply the learning rate by this when validation P@1 has not improved for "
+                                "lr_plateau_patience evaluations (1 = off; needs validation data)", gt=0.0, max=1.0)
+    lr_plateau_patience: int = _f(2, "evaluations without a better validation P@1 before lr_plateau applies", min=1)
 
 
 @dataclass
 class TrainingConfig:
-    epochs: int = _f(13, "passes over the training set", min=1)
+    epochs: Union[int, str] = _f("auto", "passes over the training set, or auto: train on a held-out split of "
+                                         "train until validation P@1 stops improving, then refit on all of train "
+                                         "for the best length (see refit)", min=1, auto=True)
+    max_epochs: int = _f(300, "epochs=auto: at most this many epochs", min=1)
+    time_budget: float = _f(0.0, "stop training after this many seconds of training (epochs=auto gives half "
+                                 "to the search and the rest to the refit); 0 = no limit", min=0.0)
+    refit: bool = _f(True, "epochs=auto with a split held out of train: after the search, retrain from the "
+                           "start on all of train for the best number of epochs, replaying the search's "
+                           "learning rates (false: keep the best weights of the search)")
     batch_size: int = _f(128, "samples per batch (run in parallel, HOGWILD)", min=1)
     threads: int = _f(0, "CPU threads; 0 = all cores", min=0, max=1024)
     seed: int = _f(0, "seed for shuffling, initialisation and hashing", min=0, max=2**63 - 1)
@@ -105,7 +120,8 @@ class TrainingConfig:
     eval_samples: int = _f(0, "evaluate on at most this many points during training; 0 = all", min=0)
     checkpoint_every: int = _f(1, "write a checkpoint every N epochs; 0 = only at the end", min=0)
     checkpoint_minutes: float = _f(10.0, "also checkpoint when this many minutes passed; 0 = off", min=0.0)
-    patience: int = _f(0, "early stopping: evaluations without improvement on valid; 0 = off", min=0)
+    patience: int = _f(10, "early stopping: evaluations without a better validation P@1; 0 = off "
+                           "(used only when there is validation data)", min=0)
     restore_best: bool = _f(True, "after training, restore the weights of the best validation evaluation")
     hugepages: bool = _f(True, "ask for transparent hugepages for large arrays (falls back quietly)")
 
@@ -279,8 +295,12 @@ def _convert(key: str, tp, value, meta, source):
     def err(msg):
         raise ConfigError(f"{source}: {key}: {msg}")
 
+    if meta.get("auto") and isinstance(value, str):
+        if value != "auto":
+            err(f"expected an integer or auto, got {value!r}")
+        return value
     origin = get_origin(tp)
-    if origin is Union:  # Optional[X]
+    if origin is Union:  # Optional[X] or Union[int, str] (the str being "auto")
         args = [a for a in get_args(tp) if a is not type(None)]
         if value is None:
             return None

@@ -54,6 +54,11 @@ _SHORTCUTS = {
     "weight_decay": "optimizer.weight_decay",
     "warmup_steps": "optimizer.warmup_steps",
     "lr_decay": "optimizer.lr_decay",
+    "lr_plateau": "optimizer.lr_plateau",
+    "lr_decay_min_steps": "optimizer.lr_decay_min_steps",
+    "max_epochs": "training.max_epochs",
+    "time_budget": "training.time_budget",
+    "refit": "training.refit",
     "normalize": "data.normalize",
     "valid_fraction": "data.valid_fraction",
     "k": "eval.k",
@@ -65,6 +70,11 @@ _SPECIAL = ("hidden", "sampling")
 # small. Measured on synthetic data, hidden 128, 1 thread, 4 epochs: 10,000 labels: dense test
 # P@1 0.616 in 32 s, LSH 0.592 in 34 s; 20,000 labels: dense 0.508 after 48 s, LSH 0.51 in 36 s.
 AUTO_LSH_MIN_NEURONS = 20_000
+
+# epochs: auto holds this fraction of train out for validation, at most AUTO_VALID_MAX points
+# (validation is scored exactly after every epoch: more points cost time, not accuracy of choice).
+AUTO_VALID_FRACTION = 0.2
+AUTO_VALID_MAX = 5_000
 AUTO_LSH_MAX_ACTIVE_FRACTION = 0.15
 
 
@@ -108,7 +118,9 @@ class History:
         self.best_score: Optional[float] = None
         self.restored_best = False
         self.stopped_early = False
+        self.stopped_by_budget = False
         self.interrupted = False
+        self.refit_epochs: Optional[int] = None
 
     def __len__(self) -> int:
         return len(self.records)
@@ -167,6 +179,39 @@ def _core_module():
     return _core
 
 
+class _Split:
+    """Training rows (``X``, ``Y``), all of train (``X_all``, ``Y_all``) and validation rows."""
+
+    def __init__(self, X, Y, X_all, Y_all, Xv, Yv, num_features, num_labels, held_out_of_train):
+        self.X, self.Y, self.X_all, self.Y_all, self.Xv, self.Yv = X, Y, X_all, Y_all, Xv, Yv
+        self.num_features, self.num_labels = num_features, num_labels
+        self.held_out_of_train = held_out_of_train
+
+
+class _FitData:
+    """Engine-ready arrays of one fit: ``fit`` (trained on), ``full`` (all of train, for the
+    refit), ``valid`` and ``test`` (None when absent)."""
+
+    def __init__(self, fit: _Arrays, full: _Arrays, valid: Optional[_Arrays], test: Optional[_Arrays]):
+        self.fit, self.full, self.valid, self.test = fit, full, valid, test
+
+
+class _Meter:
+    """Samples, seconds and losses since the last record."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.samples, self.seconds, self.loss_sum, self.batches = 0, 0.0, 0.0, 0
+
+    def add(self, samples: int, seconds: float, loss: float) -> None:
+        self.samples += samples
+        self.seconds += seconds
+        self.loss_sum += loss
+        self.batches += 1
+
+
 class Network:
     """A sparse network for extreme multi-label classification.
 
@@ -189,6 +234,11 @@ class Network:
     ``weight_decay``        ``optimizer.weight_decay``
     ``warmup_steps``        ``optimizer.warmup_steps``
     ``lr_decay``            ``optimizer.lr_decay``
+    ``lr_plateau``          ``optimizer.lr_plateau``
+    ``lr_decay_min_steps``  ``optimizer.lr_decay_min_steps``
+    ``max_epochs``          ``training.max_epochs`` (cap of ``epochs="auto"``)
+    ``time_budget``         ``training.time_budget`` (seconds of training)
+    ``refit``               ``training.refit``
     ``normalize``           ``data.normalize`` (none | l2 | tfidf_l2)
     ``valid_fraction``      ``data.valid_fraction``
     ``k``                   ``eval.k``
@@ -229,6 +279,13 @@ class Network:
         self._best_epoch: Optional[float] = None
         self._best_params: Optional[Dict[str, np.ndarray]] = None
         self._evals_since_best = 0
+        self._evals_since_lr_change = 0
+        self._lr_scale = 1.0          # plateau schedule: product of the reductions so far
+        self._lr_trace: List[float] = []  # epochs=auto: the search's learning rate per epoch
+        self._phase = "train"         # train (fixed epochs) | search | refit | done (epochs=auto)
+        self._refit_epochs: Optional[int] = None
+        self._step_offset = 0         # batches of the search, once the refit has started
+        self._samples_trained = 0     # samples of all batches of the run (search and refit)
         self.history = History()
         self.stop_training = False
         self._last_batch_size = 0
@@ -250,6 +307,16 @@ class Network:
     def step(self) -> int:
         """Batches trained so far (the Adam step count)."""
         return int(self._core.step) if self._core is not None else 0
+
+    @property
+    def total_steps(self) -> int:
+        """Batches trained in the whole run: with ``epochs="auto"`` the search's and the refit's."""
+        return self._step_offset + self.step
+
+    @property
+    def samples_trained(self) -> int:
+        """Samples of all batches trained in the run (the search's and the refit's)."""
+        return self._samples_trained
 
     @property
     def label_counts(self) -> Optional[np.ndarray]:
@@ -368,20 +435,31 @@ class Network:
         return _Arrays(X, Y)
 
     # ------------------------------------------------------------------ training
-    def fit(self, train, epochs: Optional[int] = None, valid=None, test=None,
+    def fit(self, train, epochs: Union[None, int, str] = None, valid=None, test=None,
             callbacks: Iterable[Any] = (), progress: bool = False) -> History:
-        """Train until ``epochs`` epochs are complete (default ``training.epochs``).
+        """Train for ``epochs`` (default ``training.epochs``): a count, or ``"auto"``.
 
-        ``epochs`` counts from the start of the run, so a network loaded from a checkpoint
-        continues where it stopped (mid-epoch included) and ``fit(train, epochs=2)`` after one
-        epoch trains one more. ``train``, ``valid`` and ``test`` are :class:`slide.Dataset`
-        objects or ``(features, labels)`` tuples of scipy sparse matrices.
+        A count trains until that many epochs are complete, counted from the start of the run,
+        so a network loaded from a checkpoint continues where it stopped (mid-epoch included)
+        and ``fit(train, epochs=2)`` after one epoch trains one more. ``train``, ``valid`` and
+        ``test`` are :class:`slide.Dataset` objects or ``(features, labels)`` tuples of scipy
+        sparse matrices.
 
-        Validation: ``valid``, else a seeded ``data.valid_fraction`` of ``train`` held out (not
-        trained on). It drives early stopping (``training.patience`` evaluations without a better
-        validation P@1) and ``training.restore_best`` (the weights of the best evaluation are
-        put back at the end; ``history.best_epoch`` says which). Without validation data both
-        are off (a warning is logged when patience was set). ``test`` is only reported.
+        ``"auto"`` (the default) lets the data choose the length and the learning-rate
+        schedule. A *search* trains on train less a held-out validation split (``valid``, else
+        ``data.valid_fraction`` of train, else 20% of train up to 5,000 points), evaluating it
+        after every epoch; the learning rate is multiplied by ``optimizer.lr_plateau`` whenever
+        validation P@1 has not improved for ``lr_plateau_patience`` evaluations, and the search
+        stops after ``training.patience`` evaluations without improvement (or at
+        ``max_epochs`` / half of ``time_budget``). Then, when the split came out of train and
+        ``training.refit`` is on, a *refit* trains a fresh network on all of train for the best
+        number of epochs, replaying the search's learning rates (records carry ``"phase"``).
+        Otherwise the best weights of the search are kept.
+
+        With a count, validation data (``valid`` or ``data.valid_fraction``) drives early
+        stopping, the plateau schedule and ``training.restore_best`` (the weights of the best
+        evaluation are put back at the end; ``history.best_epoch`` says which). ``test`` is
+        only reported, never used to choose anything.
 
         Ctrl-C (KeyboardInterrupt) stops training within a batch: the network stays usable and
         resumable (the interrupted batch, possibly partly applied, counts as not done; the best
@@ -389,150 +467,229 @@ class Network:
         get ``on_train_end``, then the KeyboardInterrupt is re-raised; the partial history is in
         ``net.history``.
         """
-        cfg = self.config
-        tr = cfg.training
-        epochs = tr.epochs if epochs is None else _positive_int(epochs, "epochs")
-        X, Y, nf, nl = self._split_xy(train, need_labels=True, what="train")
+        tr = self.config.training
+        epochs = tr.epochs if epochs is None else epochs
+        auto = epochs == "auto"
+        if not auto:
+            epochs = _positive_int(epochs, "epochs")
+        if auto and self._phase == "train" and self.step > 0:
+            raise ValueError("fit(epochs='auto') continues only a run that started with "
+                             "epochs='auto'; give a number of epochs to train this network further")
+        split = self._split_train_valid(train, valid, auto and self._phase != "refit")
+        self._ensure_built(split.num_features, split.num_labels)
+        data = self._prepare_arrays(split, test)
 
-        # Held-out validation, chosen by seed so that a resumed run holds out the same rows.
-        valid_arrays = None
-        if valid is None and cfg.data.valid_fraction > 0:
-            n_valid = int(round(cfg.data.valid_fraction * X.shape[0]))
-            if n_valid < 1 or n_valid >= X.shape[0]:
-                raise ValueError(f"data.valid_fraction={cfg.data.valid_fraction} leaves no "
-                                 f"validation or no training rows out of {X.shape[0]}")
-            perm = np.random.default_rng([tr.seed, 0x7A11D]).permutation(X.shape[0])
-            vrows, trows = np.sort(perm[:n_valid]), np.sort(perm[n_valid:])
-            Xv, Yv = X[vrows], Y[vrows]
-            X, Y = X[trows], Y[trows]
-        elif valid is not None:
-            Xv, Yv, _, _ = self._split_xy(valid, need_labels=True, what="valid")
-        else:
-            Xv = Yv = None
-        if tr.patience and Xv is None:
-            log.warning("training.patience=%d is ignored: no validation data (pass valid= to fit "
-                        "or set data.valid_fraction)", tr.patience)
-
-        if self._core is None:
-            self._build(nf, nl)
-        else:
-            if nf > self.num_features:
-                raise ValueError(f"train: {nf} features, but the network was built for "
-                                 f"{self.num_features}")
-            if nl > self.num_labels:
-                raise ValueError(f"train: {nl} labels, but the network was built for {self.num_labels}")
-        cfg = self.config
-        self._check_features(X, "train")
-        self._check_labels(Y, "train")
-        # Statistics of the first training data, kept for the network's life (and its files).
-        if self._label_counts is None:
-            self._label_counts = np.bincount(Y.indices, minlength=self.num_labels).astype(np.int64)
-            self._num_train_points = int(X.shape[0])
-        if self._idf is None and cfg.data.normalize == "tfidf_l2":
-            df = np.bincount(X.indices, minlength=self.num_features).astype(np.float64)
-            self._idf = (np.log((1.0 + X.shape[0]) / (1.0 + df)) + 1.0).astype(np.float32)
-        tr_arrays = self._convert(X, Y)
-        if Xv is not None:
-            self._check_features(Xv, "valid")
-            self._check_labels(Yv, "valid")
-            valid_arrays = self._convert(Xv, Yv)
-        test_arrays = None
-        if test is not None:
-            Xt, Yt, _, _ = self._split_xy(test, need_labels=True, what="test")
-            self._check_features(Xt, "test")
-            self._check_labels(Yt, "test")
-            test_arrays = self._convert(Xt, Yt)
-        valid_arrays = self._eval_subset(valid_arrays)
-        test_arrays = self._eval_subset(test_arrays)
-
-        n = tr_arrays.n
-        bs = tr.batch_size
-        batches_per_epoch = max(1, math.ceil(n / bs))
-        if self._batch_in_epoch >= batches_per_epoch:   # resumed with a different data size
-            self.epoch += 1
-            self._batch_in_epoch = 0
         cbs = list(callbacks)
         if progress:
             cbs.insert(0, _callbacks.ProgressBar())
         self.stop_training = False
         history = History()
         self.history = history
-        remaining = max(0, (epochs - self.epoch) * batches_per_epoch - self._batch_in_epoch)
-        self._progress_total_samples = min(remaining * bs, max(0, (epochs - self.epoch) * n
-                                                               - self._batch_in_epoch * bs))
+        if auto and self._phase == "train":
+            self._phase = "search"
+        refit = auto and tr.refit and split.held_out_of_train
+        # epochs=auto: how long the search runs is not known in advance (no total on the bar)
+        self._progress_total_samples = (self._remaining_samples(data.fit, epochs) if not auto
+                                        else None)
+        interrupted = False
         _call(cbs, "on_train_begin", self)
+        try:
+            if not auto:
+                self._train_epochs(data.fit, epochs, data.valid, data.test, history, cbs, tr.time_budget)
+            else:
+                if self._phase == "search":
+                    self._train_epochs(data.fit, tr.max_epochs, data.valid, data.test, history, cbs,
+                                       tr.time_budget * (0.5 if refit else 1.0))
+                    if refit and not history.interrupted and (not self.stop_training
+                                                              or history.stopped_early):
+                        self._start_refit(data)
+                    elif not self.stop_training or history.stopped_early:
+                        self._phase = "done"
+                if self._phase == "refit":
+                    self._train_epochs(data.full, self._refit_epochs, None, data.test, history, cbs,
+                                       tr.time_budget, replay=True)
+                    if self.epoch >= self._refit_epochs or history.stopped_by_budget:
+                        self._phase = "done"
+        except KeyboardInterrupt:
+            interrupted = True
+            history.interrupted = True
+        history.best_epoch, history.best_step, history.best_score = (
+            self._best_epoch, self._best_step, self._best_score)
+        history.refit_epochs = self._refit_epochs
+        if not interrupted and (not auto or not refit):
+            self._restore_best(history)
+        _call(cbs, "on_train_end", self, history)
+        if interrupted:
+            raise KeyboardInterrupt
+        return history
 
+    # The steps of fit, in order.
+    def _split_train_valid(self, train, valid, auto: bool) -> "_Split":
+        """Train and validation matrices; a split held out of train is chosen by seed, so that
+        a resumed run holds out the same rows."""
+        cfg = self.config
+        X, Y, nf, nl = self._split_xy(train, need_labels=True, what="train")
+        if valid is not None:
+            Xv, Yv, _, _ = self._split_xy(valid, need_labels=True, what="valid")
+            return _Split(X, Y, X, Y, Xv, Yv, nf, nl, held_out_of_train=False)
+        n = X.shape[0]
+        if cfg.data.valid_fraction > 0:
+            n_valid = int(round(cfg.data.valid_fraction * n))
+            if n_valid < 1 or n_valid >= n:
+                raise ValueError(f"data.valid_fraction={cfg.data.valid_fraction} leaves no "
+                                 f"validation or no training rows out of {n}")
+        elif auto:
+            n_valid = min(int(round(AUTO_VALID_FRACTION * n)), AUTO_VALID_MAX)
+            if n_valid < 1 or n_valid >= n:
+                raise ValueError(f"train: {n} points are too few to hold out a validation split "
+                                 f"for epochs=auto; give a number of epochs")
+        else:
+            return _Split(X, Y, X, Y, None, None, nf, nl, held_out_of_train=False)
+        perm = np.random.default_rng([cfg.training.seed, 0x7A11D]).permutation(n)
+        vrows, trows = np.sort(perm[:n_valid]), np.sort(perm[n_valid:])
+        return _Split(X[trows], Y[trows], X, Y, X[vrows], Y[vrows], nf, nl, held_out_of_train=True)
+
+    def _ensure_built(self, nf: int, nl: int) -> None:
+        if self._core is None:
+            self._build(nf, nl)
+            return
+        if nf > self.num_features:
+            raise ValueError(f"train: {nf} features, but the network was built for {self.num_features}")
+        if nl > self.num_labels:
+            raise ValueError(f"train: {nl} labels, but the network was built for {self.num_labels}")
+
+    def _prepare_arrays(self, split: "_Split", test) -> "_FitData":
+        """Checks every matrix against the network, fixes the statistics of the first training
+        data (label counts, idf) and converts the matrices for the engine."""
+        cfg = self.config
+        self._check_features(split.X, "train")
+        self._check_labels(split.Y, "train")
+        if self._label_counts is None:
+            self._label_counts = np.bincount(split.Y.indices, minlength=self.num_labels).astype(np.int64)
+            self._num_train_points = int(split.X.shape[0])
+        if self._idf is None and cfg.data.normalize == "tfidf_l2":
+            df = np.bincount(split.X.indices, minlength=self.num_features).astype(np.float64)
+            self._idf = (np.log((1.0 + split.X.shape[0]) / (1.0 + df)) + 1.0).astype(np.float32)
+        fit_arrays = self._convert(split.X, split.Y)
+        full_arrays = (self._convert(split.X_all, split.Y_all) if split.held_out_of_train
+                       else fit_arrays)
+        valid_arrays = test_arrays = None
+        if split.Xv is not None:
+            self._check_features(split.Xv, "valid")
+            self._check_labels(split.Yv, "valid")
+            valid_arrays = self._eval_subset(self._convert(split.Xv, split.Yv))
+        if test is not None:
+            Xt, Yt, _, _ = self._split_xy(test, need_labels=True, what="test")
+            self._check_features(Xt, "test")
+            self._check_labels(Yt, "test")
+            test_arrays = self._eval_subset(self._convert(Xt, Yt))
+        return _FitData(fit_arrays, full_arrays, valid_arrays, test_arrays)
+
+    def _remaining_samples(self, arrays: _Arrays, epochs: int) -> int:
+        bs = self.config.training.batch_size
+        batches = max(1, math.ceil(arrays.n / bs))
+        epoch, done = (self.epoch, self._batch_in_epoch) if self._batch_in_epoch < batches else \
+            (self.epoch + 1, 0)
+        return max(0, (epochs - epoch) * arrays.n - done * bs)
+
+    def _epoch_lr(self, replay: bool, batches_per_epoch: int) -> float:
+        """The learning rate of the current epoch: the search's recorded rate when replaying,
+        else the configured rate, decayed per epoch (or per ``lr_decay_min_steps`` batches when
+        epochs are shorter) and scaled by the plateau schedule."""
+        if replay:
+            return self._lr_trace[min(self.epoch, len(self._lr_trace) - 1)]
+        o = self.config.optimizer
+        decays = self.epoch * min(1.0, batches_per_epoch / o.lr_decay_min_steps)
+        return o.lr * o.lr_decay ** decays * self._lr_scale
+
+    def _train_epochs(self, arrays: _Arrays, epochs: int, valid: Optional[_Arrays],
+                      test: Optional[_Arrays], history: History, cbs, budget: float,
+                      replay: bool = False) -> None:
+        """Trains epoch after epoch until ``epochs`` are complete, a callback or early stopping
+        sets ``stop_training``, or ``budget`` seconds of training (0 = none) have passed."""
+        cfg = self.config
+        tr = cfg.training
         core = self._core
+        n, bs = arrays.n, tr.batch_size
+        batches_per_epoch = max(1, math.ceil(n / bs))
+        if self._batch_in_epoch >= batches_per_epoch:   # resumed with a different data size
+            self.epoch += 1
+            self._batch_in_epoch = 0
         # The training labels' frequencies, for the sampling correction of a hash-sampled
         # output layer (derived from the data, so a resumed run gets the same values).
-        counts = np.bincount(tr_arrays.y_indices, minlength=core.output_dim)
+        counts = np.bincount(arrays.y_indices, minlength=core.output_dim)
         core.set_label_frequencies(np.minimum(counts / max(1, n), 1.0).astype(np.float32))
         start_step = self.step
         start_position = self.epoch * batches_per_epoch + self._batch_in_epoch
-        eval_every = tr.eval_every
-        loss_sum = 0.0
-        loss_batches = 0
-        samples_since = 0
-        seconds_since = 0.0
-        interrupted = False
+        meter = _Meter()
+        lr = self._epoch_lr(replay, batches_per_epoch)
         try:
             while self.epoch < epochs and not self.stop_training:
+                if budget and self._train_seconds >= budget:
+                    history.stopped_by_budget = True
+                    break
                 perm = np.random.default_rng([tr.seed, self.epoch]).permutation(n).astype(np.int64)
-                epoch_lr = cfg.optimizer.lr * cfg.optimizer.lr_decay ** self.epoch
+                epoch_lr = self._epoch_lr(replay, batches_per_epoch)
+                if not replay and self._phase == "search" and len(self._lr_trace) <= self.epoch:
+                    self._lr_trace.append(epoch_lr)
                 while self._batch_in_epoch < batches_per_epoch:
-                    b = self._batch_in_epoch
-                    rows = perm[b * bs:(b + 1) * bs]
+                    rows = perm[self._batch_in_epoch * bs:(self._batch_in_epoch + 1) * bs]
                     lr = epoch_lr
                     if cfg.optimizer.warmup_steps:
                         lr *= min(1.0, (self.step + 1) / cfg.optimizer.warmup_steps)
                     t0 = time.perf_counter()
-                    loss = float(core.train_batch(tr_arrays.x_indptr, tr_arrays.x_indices,
-                                                  tr_arrays.x_values, tr_arrays.y_indptr,
-                                                  tr_arrays.y_indices, rows, lr))
+                    loss = float(core.train_batch(arrays.x_indptr, arrays.x_indices, arrays.x_values,
+                                                  arrays.y_indptr, arrays.y_indices, rows, lr))
                     dt = time.perf_counter() - t0
                     self._batch_in_epoch += 1
                     self._train_seconds += dt
-                    seconds_since += dt
-                    samples_since += rows.size
-                    loss_sum += loss
-                    loss_batches += 1
+                    self._samples_trained += int(rows.size)
+                    meter.add(rows.size, dt, loss)
                     self._last_batch_size = int(rows.size)
                     _call(cbs, "on_batch_end", self, self.step, loss)
                     end_of_epoch = self._batch_in_epoch >= batches_per_epoch
-                    if eval_every and self.step % eval_every == 0 and not end_of_epoch:
-                        self._record(history, cbs, valid_arrays, test_arrays, lr,
-                                     loss_sum / max(1, loss_batches), samples_since, seconds_since,
+                    if tr.eval_every and self.step % tr.eval_every == 0 and not end_of_epoch:
+                        self._record(history, cbs, valid, test, lr, meter,
                                      self.epoch + self._batch_in_epoch / batches_per_epoch)
-                        loss_sum, loss_batches, samples_since, seconds_since = 0.0, 0, 0, 0.0
                     if self.stop_training:
                         break
                 if self._batch_in_epoch >= batches_per_epoch:
                     self.epoch += 1
                     self._batch_in_epoch = 0
-                    if loss_batches:
-                        self._record(history, cbs, valid_arrays, test_arrays, lr,
-                                     loss_sum / loss_batches, samples_since, seconds_since, self.epoch)
-                        loss_sum, loss_batches, samples_since, seconds_since = 0.0, 0, 0, 0.0
+                    if meter.batches:
+                        self._record(history, cbs, valid, test, lr, meter, self.epoch)
                     _call(cbs, "on_epoch_end", self, self.epoch)
         except KeyboardInterrupt:
-            interrupted = True
-            history.interrupted = True
             # Ctrl-C may land between the engine's step and the Python bookkeeping: the
             # engine's step count (a discarded batch does not count) decides the position.
             position = start_position + (self.step - start_step)
             self.epoch, self._batch_in_epoch = divmod(position, batches_per_epoch)
-        history.best_epoch, history.best_step, history.best_score = (
-            self._best_epoch, self._best_step, self._best_score)
-        if (not interrupted and tr.restore_best and self._best_params is not None
-                and self._best_step != self.step):
-            self._set_parameters(self._best_params)
+            raise
+
+    def _start_refit(self, data: "_FitData") -> None:
+        """Ends the search: a fresh network (same seed) will train on all of train for the best
+        number of epochs, replaying the search's learning rates."""
+        best = self._best_epoch if self._best_epoch is not None else self.epoch
+        self._refit_epochs = max(1, int(math.ceil(best)))
+        self._step_offset += self.step
+        requested = self.requested_sampling
+        self._core = None
+        self._build(self.num_features, self.num_labels)
+        self.requested_sampling = requested
+        self._best_params = None
+        self.epoch = 0
+        self._batch_in_epoch = 0
+        self._phase = "refit"
+        self.stop_training = False
+        log.info("epochs=auto: best validation P@1 %.4f after %s epochs; refitting on all %d "
+                 "training points", self._best_score or float("nan"), best, data.full.n)
+
+    def _restore_best(self, history: History) -> None:
+        tr = self.config.training
+        if tr.restore_best and self._best_params is not None:
+            if self._best_step != self.step:
+                self._set_parameters(self._best_params)
             history.restored_best = True
-        elif not interrupted and tr.restore_best and self._best_params is not None:
-            history.restored_best = True
-        _call(cbs, "on_train_end", self, history)
-        if interrupted:
-            raise KeyboardInterrupt
-        return history
 
     def _eval_subset(self, arrays: Optional[_Arrays]) -> Optional[_Arrays]:
         m = self.config.training.eval_samples
@@ -542,15 +699,20 @@ class Network:
         return arrays.subset(rows)
 
     def _record(self, history: History, cbs, valid: Optional[_Arrays], test: Optional[_Arrays],
-                lr: float, loss: float, samples: int, seconds: float, epoch: float) -> None:
+                lr: float, meter: "_Meter", epoch: float) -> None:
+        """Evaluates, appends a History record, and runs the validation-driven decisions:
+        best weights, the plateau schedule and early stopping."""
         rec: Dict[str, Any] = {
-            "step": self.step,
+            "step": self.total_steps,
             "epoch": epoch,
             "seconds": self._train_seconds,
-            "samples_per_second": samples / seconds if seconds > 0 else float("nan"),
-            "loss": loss,
+            "samples_per_second": meter.samples / meter.seconds if meter.seconds > 0 else float("nan"),
+            "loss": meter.loss_sum / max(1, meter.batches),
             "lr": lr,
         }
+        if self._phase in ("search", "refit"):
+            rec["phase"] = self._phase
+        meter.reset()
         main = None
         for name, arrays in (("valid", valid), ("test", test)):
             if arrays is None:
@@ -561,21 +723,28 @@ class Network:
         if main is not None:
             rec.update(main)
         if valid is not None:
-            score = rec["valid/P@1"]
-            if self._best_score is None or score > self._best_score:
-                self._best_score, self._best_step, self._best_epoch = score, self.step, epoch
-                self._evals_since_best = 0
-                if self.config.training.restore_best:
-                    self._best_params = {k: np.array(v, copy=True)
-                                         for k, v in self._core.parameters().items()}
-            else:
-                self._evals_since_best += 1
-                patience = self.config.training.patience
-                if patience and self._evals_since_best >= patience:
-                    history.stopped_early = True
-                    self.stop_training = True
+            self._track_best(rec["valid/P@1"], epoch, history)
         history.records.append(rec)
         _call(cbs, "on_evaluate", self, rec)
+
+    def _track_best(self, score: float, epoch: float, history: History) -> None:
+        tr, o = self.config.training, self.config.optimizer
+        if self._best_score is None or score > self._best_score:
+            self._best_score, self._best_step, self._best_epoch = score, self.step, epoch
+            self._evals_since_best = 0
+            self._evals_since_lr_change = 0
+            if tr.restore_best or self._phase == "search":
+                self._best_params = {k: np.array(v, copy=True)
+                                     for k, v in self._core.parameters().items()}
+            return
+        self._evals_since_best += 1
+        self._evals_since_lr_change += 1
+        if o.lr_plateau < 1.0 and self._evals_since_lr_change >= o.lr_plateau_patience:
+            self._lr_scale *= o.lr_plateau
+            self._evals_since_lr_change = 0
+        if tr.patience and self._evals_since_best >= tr.patience:
+            history.stopped_early = True
+            self.stop_training = True
 
     def _set_parameters(self, params: Dict[str, np.ndarray], rebuild_tables: bool = True) -> None:
         views = self._core.parameters()
@@ -658,14 +827,38 @@ class Network:
             "batch_in_epoch": self._batch_in_epoch,
             "step": self.step,
             "train_seconds": self._train_seconds,
+            "samples_trained": self._samples_trained,
             "num_train_points": self._num_train_points,
             "best_score": self._best_score,
             "best_step": self._best_step,
             "best_epoch": self._best_epoch,
             "evals_since_best": self._evals_since_best,
+            "schedule": {"phase": self._phase, "lr_scale": self._lr_scale, "lr_trace": self._lr_trace,
+                         "refit_epochs": self._refit_epochs, "step_offset": self._step_offset,
+                         "evals_since_lr_change": self._evals_since_lr_change},
             "history": self.history.to_dict(),
             "next_rebuild": int(self._core.next_rebuild),
         }
+
+    def _restore_schedule(self, sched: Optional[Dict[str, Any]]) -> None:
+        """Puts back where an ``epochs="auto"`` run stood (files without it trained fixed epochs)."""
+        if sched is None:
+            return
+        phase = sched["phase"]
+        if phase not in ("train", "search", "refit", "done"):
+            raise ValueError(f"schedule.phase must be train, search, refit or done, got {phase!r}")
+        trace = sched["lr_trace"]
+        if not isinstance(trace, list) or not all(isinstance(v, (int, float)) and v >= 0 for v in trace):
+            raise ValueError("schedule.lr_trace must be a list of learning rates")
+        refit_epochs = sched["refit_epochs"]
+        if phase == "refit" and (not isinstance(refit_epochs, int) or refit_epochs < 1 or not trace):
+            raise ValueError("schedule: a refit needs refit_epochs >= 1 and the search's learning rates")
+        self._phase = phase
+        self._lr_scale = float(sched["lr_scale"])
+        self._lr_trace = [float(v) for v in trace]
+        self._refit_epochs = refit_epochs
+        self._step_offset = int(sched["step_offset"])
+        self._evals_since_lr_change = int(sched["evals_since_lr_change"])
 
     def _lsh_layers(self) -> List[int]:
         return [i for i, s in enumerate(self.resolved_sampling or ()) if s == "lsh"]
@@ -794,11 +987,13 @@ class Network:
             net.epoch = int(meta["epoch"])
             net._batch_in_epoch = int(meta["batch_in_epoch"])
             net._train_seconds = float(meta["train_seconds"])
+            net._samples_trained = int(meta.get("samples_trained", 0))
             net._num_train_points = int(meta["num_train_points"])
             net._best_score = meta["best_score"]
             net._best_step = meta["best_step"]
             net._best_epoch = meta["best_epoch"]
             net._evals_since_best = int(meta["evals_since_best"])
+            net._restore_schedule(meta.get("schedule"))
             best = {k[len("best/"):]: v for k, v in data.items() if k.startswith("best/")}
             net._best_params = best or None
             net._idf = data.get("idf")
@@ -806,7 +1001,7 @@ class Network:
             h = meta.get("history") or {}
             net.history = History(h.get("records"))
             for key in ("best_epoch", "best_step", "best_score", "restored_best", "stopped_early",
-                        "interrupted"):
+                        "stopped_by_budget", "interrupted", "refit_epochs"):
                 if key in h:
                     setattr(net.history, key, h[key])
         except (KeyError, TypeError) as e:

@@ -424,7 +424,7 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
             raise FileNotFoundError(f"{run.path}: no checkpoint to resume from")
         net = Network.load(ck.path)
         seconds_offset = float(ck.state.get("wall_seconds", 0.0))
-        run.truncate_metrics(int(net.step))
+        run.truncate_metrics(int(net.total_steps))
     else:
         net = Network(config)
     start_step = int(net.step)
@@ -444,18 +444,16 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
     # restore_best put it back, else the last one. Test scores never choose it.
     restored = bool(getattr(history, "restored_best", False))
     kept_epoch = history.best_epoch if (restored and history.best_epoch is not None) else epochs_done
-    n_trained = len(train)
-    if valid is None and config.data.valid_fraction > 0:  # rows held out by fit
-        n_trained -= int(round(config.data.valid_fraction * len(train)))
     train_seconds = float(records[-1]["seconds"]) if records else wall_seconds
     summary: Dict[str, Any] = {k: float(v) for k, v in final.items()}
     summary.update({
         "evaluated_on": eval_name,
         "train_seconds": train_seconds,
         "wall_seconds": wall_seconds,
-        "samples_per_second": (epochs_done * n_trained / train_seconds) if train_seconds > 0 else None,
+        "samples_per_second": (net.samples_trained / train_seconds) if train_seconds > 0 else None,
         "peak_rss_bytes": peak_rss_bytes(),
         "best_epoch": history.best_epoch,
+        "refit_epochs": getattr(history, "refit_epochs", None),
         "kept_epoch": kept_epoch,
         "epochs": epochs_done,
         "steps": int(net.step),

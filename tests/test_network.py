@@ -167,11 +167,9 @@ def test_fit_rejects_mismatched_data(data):
     with pytest.raises(ValueError, match="305 features"):
         net.fit((wide, train[1]), epochs=2)
 
-def test_patience_without_validation_data_is_ignored(data, caplog):
+def test_patience_without_validation_data_is_unused(data):
     train, _ = data
-    with caplog.at_level("WARNING", logger="slide"):
-        hist = small(patience=1, epochs=3).fit(train)
-    assert "patience=1 is ignored" in caplog.text
+    hist = small(patience=1, epochs=3).fit(train)
     assert len(hist) == 3 and hist.best_epoch is None and not hist.stopped_early
 
 
@@ -441,7 +439,7 @@ def test_held_out_validation_fraction(data):
 
 def test_eval_every_and_lr_schedule(data):
     train, _ = data
-    net = small(epochs=2, eval_every=5, warmup_steps=10, lr_decay=0.5)
+    net = small(epochs=2, eval_every=5, warmup_steps=10, lr_decay=0.5, lr_decay_min_steps=1)
     hist = net.fit(train, valid=(train[0][:50], train[1][:50]))
     steps = [r["step"] for r in hist.records]
     assert steps == [5, 10, 15, 20, 25, 30]
@@ -449,6 +447,72 @@ def test_eval_every_and_lr_schedule(data):
     assert hist.records[1]["lr"] == pytest.approx(0.01)
     assert hist.records[-1]["lr"] == pytest.approx(0.005)
     assert hist.records[0]["epoch"] == pytest.approx(5 / 15)
+
+
+def test_lr_decay_waits_for_enough_batches_when_epochs_are_short(data):
+    train, _ = data
+    # 15 batches per epoch, decay at most once per 30 batches: half a decay per epoch
+    hist = small(epochs=3, lr_decay=0.5, lr_decay_min_steps=30).fit(train)
+    assert [r["lr"] for r in hist.records] == pytest.approx([0.01, 0.01 * 0.5 ** 0.5, 0.005])
+
+
+def test_epochs_auto_searches_on_a_held_out_split_then_refits_on_all_of_train(data):
+    train, test = data
+    net = small(epochs="auto", max_epochs=40, patience=3)
+    hist = net.fit(train, test=test)
+    search = [r for r in hist.records if r["phase"] == "search"]
+    refit = [r for r in hist.records if r["phase"] == "refit"]
+    assert search and refit and "valid/P@1" in search[0] and "valid/P@1" not in refit[0]
+    best = int(np.argmax([r["valid/P@1"] for r in search]))
+    assert hist.best_epoch == search[best]["epoch"] and hist.refit_epochs == best + 1
+    assert len(refit) == hist.refit_epochs and net.epoch == hist.refit_epochs
+    # the search stopped `patience` evaluations after its best one (or at max_epochs)
+    assert hist.stopped_early == (len(search) < 40) and len(search) in (best + 1 + 3, 40)
+    # the refit replays the search's learning rates, epoch by epoch, on all 450 points
+    assert [r["lr"] for r in refit] == [r["lr"] for r in search[:len(refit)]]
+    assert net.step == hist.refit_epochs * int(np.ceil(450 / 32))
+    assert net.total_steps == net.step + search[-1]["step"]
+    assert refit[-1]["step"] == net.total_steps
+    assert net.evaluate(test)["P@1"] == pytest.approx(refit[-1]["test/P@1"], abs=1e-12)
+
+
+def test_epochs_auto_without_refit_keeps_the_best_search_weights(data):
+    train, _ = data
+    net = small(epochs="auto", max_epochs=30, patience=3, refit=False, valid_fraction=0.25)
+    hist = net.fit(train)
+    assert all(r["phase"] == "search" for r in hist.records) and hist.restored_best
+    rows = np.sort(np.random.default_rng([3, 0x7A11D]).permutation(450)[:112])  # seed 3, as small()
+    assert net.evaluate((train[0][rows], train[1][rows]))["P@1"] == pytest.approx(hist.best_score, abs=1e-12)
+
+
+def test_epochs_auto_is_resumable_in_either_phase(data, tmp_path):
+    train, test = data
+    whole = small(epochs="auto", max_epochs=25, patience=3)
+    whole.fit(train)
+    for stop_at in (3, whole.total_steps - 4):
+        net = small(epochs="auto", max_epochs=25, patience=3)
+        with pytest.raises(KeyboardInterrupt):
+            net.fit(train, callbacks=[_InterruptAt(stop_at)])
+        net.save(tmp_path / "n.slide")
+        again = slide.Network.load(tmp_path / "n.slide")
+        again.fit(train)
+        assert again.total_steps == whole.total_steps
+        for k, v in whole.parameters().items():
+            np.testing.assert_array_equal(again.parameters()[k], v)
+
+
+class _InterruptAt(callbacks.Callback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_batch_end(self, net, step, loss):
+        if net.total_steps == self.step:
+            raise KeyboardInterrupt
+
+
+def test_epochs_must_be_a_count_or_auto():
+    with pytest.raises(slide.ConfigError, match="training.epochs: expected an integer or auto"):
+        slide.Network(epochs="forever")
 
 
 class Recorder(callbacks.Callback):
