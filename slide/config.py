@@ -120,8 +120,9 @@ class TrainingConfig:
     eval_samples: int = _f(0, "evaluate on at most this many points during training; 0 = all", min=0)
     checkpoint_every: int = _f(1, "write a checkpoint every N epochs; 0 = only at the end", min=0)
     checkpoint_minutes: float = _f(10.0, "also checkpoint when this many minutes passed; 0 = off", min=0.0)
-    patience: int = _f(10, "early stopping: evaluations without a better validation P@1; 0 = off "
-                           "(used only when there is validation data)", min=0)
+    patience: int = _f(10, "early stopping: evaluations without a better validation P@1 (and at least "
+                           "2 x optimizer.lr_decay_min_steps batches); 0 = off (used only when there is "
+                           "validation data)", min=0)
     restore_best: bool = _f(True, "after training, restore the weights of the best validation evaluation")
     hugepages: bool = _f(True, "ask for transparent hugepages for large arrays (falls back quietly)")
 

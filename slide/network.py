@@ -677,6 +677,9 @@ class Network:
         self._build(self.num_features, self.num_labels)
         self.requested_sampling = requested
         self._best_params = None
+        # the refit model is trained on all of train: its label statistics are all of train's
+        self._label_counts = np.bincount(data.full.y_indices, minlength=self.num_labels).astype(np.int64)
+        self._num_train_points = data.full.n
         self.epoch = 0
         self._batch_in_epoch = 0
         self._phase = "refit"
@@ -742,7 +745,10 @@ class Network:
         if o.lr_plateau < 1.0 and self._evals_since_lr_change >= o.lr_plateau_patience:
             self._lr_scale *= o.lr_plateau
             self._evals_since_lr_change = 0
-        if tr.patience and self._evals_since_best >= tr.patience:
+        # Patience counts evaluations, and at least two learning-rate decay periods of batches:
+        # a small data set (a few batches an epoch) is not stopped before it had the steps to learn.
+        if (tr.patience and self._evals_since_best >= tr.patience
+                and self.step - self._best_step >= 2 * o.lr_decay_min_steps):
             history.stopped_early = True
             self.stop_training = True
 

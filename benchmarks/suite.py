@@ -1,0 +1,198 @@
+#!/usr/bin/env python
+"""The default ``slide train`` on every real data set against the XMC libraries and a dense net.
+
+    python benchmarks/suite.py                                  # all sets, all systems found
+    python benchmarks/suite.py --sets medical,scene --systems slide,napkinxc
+    python benchmarks/suite.py --pecos-python /path/to/numpy1-venv/bin/python
+    python benchmarks/suite.py --table-only                     # reprint from results/suite.json
+
+Data: the 12 sets of ``../shared/datasets`` (Bibtex and Delicious from the project's own
+``datasets/``), their given train/test files, the same files for every system.
+
+Systems, each run as a user would run it, in a fresh process of its own (so that peak RSS is
+the system's own), with the same number of threads (``--threads``, default 2):
+
+* ``slide``: ``slide train`` with the default configuration (nothing tuned per set).
+* ``napkinxc``: napkinXC's PLT with its defaults on L2-normalised rows (``slide.baselines.napkinxc_plt``).
+* ``pecos``: PECOS XR-Linear on L2-normalised rows (``slide.baselines.pecos_linear``); libpecos
+  needs NumPy<2, so it runs under ``--pecos-python`` (a Python with libpecos and slide installed);
+  without it the rows say "not run".
+* ``torch``: the dense PyTorch network of the default configuration (``slide.baselines.torch_dense``)
+  for the default's epoch count on the CPU, needs torch.
+
+Every system is scored by ``slide.metrics`` on all test points (points without labels count as
+misses): P@1/3/5 and PSP@1/3/5 (propensities A=0.55, B=1.5), with its training seconds and the
+worker's peak RSS. Prints a markdown table (rows we lose included) and writes
+``benchmarks/results/suite.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "datasets"
+RESULTS = ROOT / "benchmarks" / "results" / "suite.json"
+SETS = ["bibtex", "delicious", "corel5k", "enron", "medical", "yeast", "scene", "tmc2007-500",
+        "corel16k001", "rcv1subset2", "stackex-chemistry", "yahoo-arts"]
+SYSTEMS = ["slide", "napkinxc", "pecos", "torch"]
+KS = (1, 3, 5)
+# The dense baseline trains the default network for this many epochs (slide's epochs are
+# chosen per set by validation; the dense net is given the count the defaults used before).
+TORCH_EPOCHS = 13
+
+
+def data_paths(name: str):
+    shipped = ROOT / "datasets" / name
+    folder = shipped if (shipped / "train.txt").exists() else SHARED / name
+    return str(folder / "train.txt"), str(folder / "test.txt")
+
+
+def _peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def worker(system: str, name: str, threads: int) -> dict:
+    """Train and score one system on one set in this process; returns the result row."""
+    import slide
+
+    train_path, test_path = data_paths(name)
+    train, test = slide.load_dataset(train_path), slide.load_dataset(test_path)
+    row = {"set": name, "system": system}
+    # the same propensities for every system: from the training labels (as slide computes them)
+    props = slide.metrics.propensities(train.labels, 0.55, 1.5)
+    if system == "slide":
+        cfg = slide.Config.from_dict({"data": {"train": train_path, "test": test_path},
+                                      "training": {"threads": threads}})
+        net = slide.Network(cfg)
+        t0 = time.perf_counter()
+        hist = net.fit(train)
+        row["train_seconds"] = time.perf_counter() - t0
+        top, _ = net.predict(test, k=max(KS))
+        scores = slide.metrics.evaluate(top, test.labels, k=KS, propensities=props)
+        row.update({k: float(v) for k, v in scores.items() if k in _wanted()})
+        row["epochs"] = {"best": hist.best_epoch, "refit": hist.refit_epochs}
+    elif system == "napkinxc":
+        from slide.baselines.napkinxc_plt import NapkinPLT
+
+        model = NapkinPLT({"training": {"threads": threads}})
+        t0 = time.perf_counter()
+        model.fit(train)
+        row["train_seconds"] = time.perf_counter() - t0
+        row.update({k: v for k, v in model.evaluate(test, propensities=props).items() if k in _wanted()})
+    elif system == "pecos":
+        from slide.baselines.pecos_linear import PecosXLinear
+
+        model = PecosXLinear({"training": {"threads": threads}})
+        t0 = time.perf_counter()
+        model.fit(train)
+        row["train_seconds"] = time.perf_counter() - t0
+        row.update({k: v for k, v in model.evaluate(test, propensities=props).items() if k in _wanted()})
+    elif system == "torch":
+        from slide.baselines.torch_dense import TorchDenseTrainer
+
+        cfg = slide.Config.from_dict({"training": {"threads": threads}})
+        model = TorchDenseTrainer(cfg, train.num_features, train.num_labels)
+        t0 = time.perf_counter()
+        model.fit_for(train, epochs=TORCH_EPOCHS)
+        row["train_seconds"] = time.perf_counter() - t0
+        row.update({k: v for k, v in model.evaluate(test, propensities=props).items() if k in _wanted()})
+    else:
+        raise ValueError(f"unknown system {system!r}")
+    row["peak_rss_bytes"] = _peak_rss()
+    return row
+
+
+def _wanted():
+    return {f"P@{k}" for k in KS} | {f"PSP@{k}" for k in KS}
+
+
+def run_isolated(system: str, name: str, threads: int, python: str, timeout: float) -> dict:
+    cmd = [python, str(Path(__file__).resolve()), "--worker", system, name, "--threads", str(threads)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
+    except subprocess.TimeoutExpired:
+        return {"set": name, "system": system, "error": f"timed out after {timeout:.0f} s"}
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
+    return {"set": name, "system": system, "error": f"exit {p.returncode}: {tail[0][:200]}"}
+
+
+def format_table(rows) -> str:
+    by = {}
+    for r in rows:
+        by.setdefault(r["set"], {})[r["system"]] = r
+    systems = [s for s in SYSTEMS if any(s in v for v in by.values())]
+    out = ["| set | system | P@1 | P@3 | P@5 | PSP@1 | PSP@3 | PSP@5 | train s | peak RSS MiB | slide P@1 - best peer |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name in [s for s in SETS if s in by] + [s for s in by if s not in SETS]:
+        peers = [by[name][s]["P@1"] for s in systems if s != "slide" and "P@1" in by[name].get(s, {})]
+        for s in systems:
+            r = by[name].get(s)
+            if r is None:
+                continue
+            if "error" in r:
+                out.append(f"| {name} | {s} | {r['error']} | | | | | | | | |")
+                continue
+            gap = ""
+            if s == "slide" and peers:
+                gap = f"{r['P@1'] - max(peers):+.4f}"
+            out.append(f"| {name} | {s} | " + " | ".join(f"{r.get(m, float('nan')):.4f}" for m in
+                                                        ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5"))
+                       + f" | {r['train_seconds']:.1f} | {r['peak_rss_bytes'] / 2**20:.0f} | {gap} |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--pecos-python", default=os.environ.get("SLIDE_PECOS_PYTHON"),
+                    help="a Python with libpecos (NumPy<2) and slide installed")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per system and set")
+    ap.add_argument("--table-only", action="store_true")
+    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--worker", nargs=2, metavar=("SYSTEM", "SET"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.worker[0], args.worker[1], args.threads)), flush=True)
+        return 0
+    if args.table_only:
+        print(format_table(json.loads(Path(args.out).read_text())["rows"]))
+        return 0
+    rows = []
+    for name in args.sets.split(","):
+        for system in args.systems.split(","):
+            if system == "pecos" and not args.pecos_python:
+                rows.append({"set": name, "system": system,
+                             "error": "not run (needs --pecos-python: libpecos wants NumPy<2)"})
+                continue
+            python = args.pecos_python if system == "pecos" else sys.executable
+            r = run_isolated(system, name, args.threads, python, args.timeout)
+            rows.append(r)
+            shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()
+                     if k in ("set", "system", "P@1", "train_seconds", "error")}
+            print(json.dumps(shown), flush=True)
+    table = format_table(rows)
+    print(table)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({
+        "command": " ".join(["python", "benchmarks/suite.py"] + (argv or sys.argv[1:])),
+        "date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(), "threads": args.threads, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
