@@ -1,7 +1,7 @@
 """Accuracy bands on real extreme-classification data with the default settings.
 
-The data sets are the shared Bibtex and Delicious copies (see ../shared/datasets/README.md); the
-tests skip when they are absent. The bands are the targets the defaults were tuned for (on
+The data sets are the Bibtex and Delicious copies shipped in ``datasets/`` (fixtures in
+conftest.py). The bands are the targets the defaults were tuned for (on
 validation splits of train, never on test: benchmarks/tune_defaults.py): a dense 128-ReLU
 PyTorch network reaches 0.586 / 0.647 test P@1 on them and a linear PECOS model 0.635 / 0.677.
 Measured with the defaults (seed 0): 0.645 / 0.688.
@@ -9,35 +9,12 @@ Measured with the defaults (seed 0): 0.645 / 0.688.
 The runs use one thread: a single-thread run with a fixed seed is bit-identical, so a band
 check cannot flip between runs (several threads train lock-free and differ run to run).
 """
-import os
-
 import numpy as np
 import pytest
 
 import slide
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "datasets"))
-ROOTS = [os.environ.get("SLIDE_DATASETS", ""), SHARED, "/work/shared/datasets"]
-
-
-def _dataset(name):
-    for root in ROOTS:
-        if root and os.path.exists(os.path.join(root, name, "train.txt")):
-            d = os.path.join(root, name)
-            return (slide.load_dataset(os.path.join(d, "train.txt")),
-                    slide.load_dataset(os.path.join(d, "test.txt")))
-    pytest.skip(f"{name} data not found under {ROOTS}")
-
-
-@pytest.fixture(scope="module")
-def bibtex():
-    return _dataset("bibtex")
-
-
-@pytest.fixture(scope="module")
-def delicious():
-    return _dataset("delicious")
+pytestmark = pytest.mark.slow   # each test trains on a full data set: 5-40 s
 
 
 def test_bibtex_default_settings(bibtex):

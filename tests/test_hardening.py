@@ -6,7 +6,6 @@ case runs in seconds; the file stays under 90 s on two cores.
 """
 import io
 import json
-import os
 import random
 import resource
 import signal
@@ -25,14 +24,7 @@ import yaml
 
 import slide
 
-ROOT = Path(__file__).resolve().parents[1]
-BIBTEX = ROOT / "datasets" / "bibtex"
-
-
-def run_cli(*args, cwd=None, timeout=120):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "slide", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+from conftest import BIBTEX, run_cli, same_parameters
 
 
 def bibtex_config(path, epochs=2, train=None, test=None, hidden=32, **training):
@@ -66,11 +58,6 @@ def tiny_network(seed=5, threads=1, epochs=2, sampling="dense"):
     return slide.Network({"layers": [{"size": 16, "activation": "relu", "sampling": "dense"},
                                      {"activation": "softmax", "sampling": sampling}],
                           "training": {"epochs": epochs, "batch_size": 16, "threads": threads, "seed": seed}})
-
-
-def same_parameters(a, b):
-    pa, pb = a.parameters(), b.parameters()
-    return sorted(pa) == sorted(pb) and all(np.array_equal(pa[k], pb[k]) for k in pa)
 
 
 # ---------------------------------------------------------------------- damaged model files
@@ -189,6 +176,7 @@ def _latest_step(run):
     return int(cks[-1].name[5:15]) if cks else -1
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_points_then_resume_completes_identically(tmp_path):
     """Kill `slide train` with SIGKILL several times; every checkpoint on disk stays
     loadable and the resumed run ends with the same model as an uninterrupted one
