@@ -14,9 +14,8 @@ import pytest
 
 import slide
 
-pytestmark = pytest.mark.slow   # each test trains on a full data set: 5-40 s
 
-
+@pytest.mark.slow   # trains on the full data set
 def test_bibtex_default_settings(bibtex):
     train, test = bibtex
     net = slide.Network(threads=1)
@@ -25,6 +24,7 @@ def test_bibtex_default_settings(bibtex):
     assert p1 >= 0.63, p1
 
 
+@pytest.mark.slow   # trains on the full data set
 def test_delicious_default_settings(delicious):
     train, test = delicious
     net = slide.Network(threads=1)
@@ -48,6 +48,7 @@ def test_early_stopping_keeps_the_best_epoch(bibtex):
     assert net.evaluate(valid)["P@1"] == pytest.approx(scores[best], abs=1e-12)
 
 
+@pytest.mark.slow   # trains on the full data set
 def test_lsh_output_layer_matches_dense_on_delicious(delicious):
     train, test = delicious
     # about a third to a half of the 983 labels active per sample, chosen by SimHash tables
@@ -67,6 +68,7 @@ def test_lsh_output_layer_matches_dense_on_delicious(delicious):
     assert p_lsh >= p_dense - 0.02, (p_lsh, p_dense)
 
 
+@pytest.mark.slow   # trains on the full data set
 def test_lsh_output_layer_matches_dense_on_bibtex(bibtex):
     train, test = bibtex
     # 20-60 of the 159 labels active per sample (plus the sample's own), chosen by SimHash tables;

@@ -136,6 +136,19 @@ def test_compare_against_napkinxc_in_process(tmp_path):
     assert "napkinxc trains in one call" in r["table"]
 
 
+def test_the_harness_is_outside_the_core_import_path():
+    import subprocess
+
+    code = "import slide, sys; print(sorted(m for m in sys.modules if 'compare' in m))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+    sys.modules.pop("slide.compare", None)
+    with pytest.warns(DeprecationWarning, match="slide.baselines.compare"):
+        import slide.compare as old
+    from slide.baselines import compare
+    assert old.run_compare is compare.run_compare and old.BASELINES == compare.BASELINES
+
+
 def test_default_marks_cover_the_budget_densely_early():
     from slide.baselines.compare import default_marks
 
