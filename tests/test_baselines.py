@@ -176,6 +176,8 @@ def test_napkinxc_plt_checks_its_arguments():
     from slide.baselines.napkinxc_plt import NapkinPLT
     with pytest.raises(ValueError, match="'seed' is set by NapkinPLT"):
         NapkinPLT(Config(), seed=3)
+    with pytest.raises(ValueError, match="norm=False is refused"):
+        NapkinPLT(Config(), norm=False)
     with pytest.raises(ValueError, match="chunk_rows must be >= 1"):
         NapkinPLT(Config(), chunk_rows=0)
     x, y = _tiny()

@@ -68,6 +68,10 @@ class NapkinPLT:
             if reserved in plt_params:
                 raise ValueError(f"{reserved!r} is set by NapkinPLT (from the configuration); "
                                  f"do not pass it in plt_params")
+        if "norm" in plt_params and not plt_params["norm"]:
+            # napkinxc 0.7.2 dies with a segmentation fault in fit when its row norm is off
+            raise ValueError("norm=False is refused: napkinxc crashes in fit without its row norm "
+                             "(rows already have slide's scaling; the extra unit norm keeps them)")
         self.chunk_rows = int(chunk_rows)
         self.plt_params = dict(plt_params)
         self.threads = threads_for(self.config)
