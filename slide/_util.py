@@ -32,7 +32,20 @@ def jsonable(obj: Any, nonfinite_as_none: bool = True) -> Any:
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident memory of this process so far, in bytes."""
+    """Peak resident memory of this process so far, in bytes.
+
+    On Linux this is the high-water mark of the process's own memory (``VmHWM``); the
+    ``ru_maxrss`` of :func:`resource.getrusage`, used elsewhere, also counts the parent's
+    memory at the moment a subprocess was started (it survives ``exec``), so a small worker
+    started by a large process would report the parent's size.
+    """
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         import resource
 
