@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -52,7 +51,9 @@ def _config(threads: int, seed: int):
 
 
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    from slide._util import peak_rss_bytes
+
+    return peak_rss_bytes() / 2**20
 
 
 # ----------------------------------------------------------------------------- workers

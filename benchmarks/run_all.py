@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Regenerate the slide-vs-baseline comparison table of benchmarks/README.md.
 
-For each data set, ``slide.compare.run_compare`` trains slide and the baseline (dense PyTorch
+For each data set, ``slide.baselines.compare.run_compare`` trains slide and the baseline (dense PyTorch
 network of the same architecture by default) for the same training-time budget, each in its own
 process, and measures both with the same metric code on the same test points. One JSON per data
 set is written to ``benchmarks/results/compare_<dataset>_<baseline>.json`` and the table between
@@ -13,6 +13,7 @@ Examples::
     python benchmarks/run_all.py --datasets synth-20k --budget 300 --max-train 50000
     python benchmarks/run_all.py --datasets amazon-670k --budget 600 --max-train 50000 --eval-samples 5000
     python benchmarks/run_all.py --datasets bibtex,delicious --budget 30 --seeds 0,1,2
+    python benchmarks/run_all.py --baseline napkinxc --datasets bibtex,delicious --budget 30
     python benchmarks/run_all.py --table-only          # rebuild the README table from results/
 
 Real data sets (bibtex, delicious) are read from ``--data-root`` (default: ``../shared/datasets``
@@ -36,6 +37,8 @@ import re
 import sys
 import tempfile
 from typing import Any, Dict, List, Optional
+
+from slide.baselines.compare import BASELINES, ONE_CALL
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -88,7 +91,7 @@ def _config(name: str, args, extra: Optional[List[str]] = None):
 
 
 def run_one(name: str, args, seed: Optional[int] = None) -> Dict[str, Any]:
-    from slide.compare import run_compare
+    from slide.baselines.compare import run_compare
 
     cfg, source = _config(name, args, [] if seed is None else [f"training.seed={seed}"])
     notes: List[str] = []
@@ -203,10 +206,10 @@ def table_rows(results: List[Dict[str, Any]]) -> str:
             ds["name"], f"{ds['train_points']}/{ds['eval_points']}", str(ds["num_labels"]), b,
             _f(r["budget_seconds"], "g"),
             _f(ss.get("samples_per_second"), ".0f"), _f(ts.get("samples_per_second"), ".0f"),
-            _f(c.get("samples_per_second_ratio"), ".2f") if b != "pecos" else "- (one pass)",
+            _f(c.get("samples_per_second_ratio"), ".2f") if b not in ONE_CALL else "- (one pass)",
             f"{_f(_p1_at(s.get('records', []), half))} / {_f(_p1_at(s.get('records', []), end))}",
             f"{_f(_p1_at(t.get('records', []), half))} / {_f(_p1_at(t.get('records', []), end))}"
-            if b != "pecos" else f"- / {_f(ts.get('best_P@1'))}",
+            if b not in ONE_CALL else f"- / {_f(ts.get('best_P@1'))}",
             f"{_f(ss.get('final', {}).get('P@5'))} / {_f(ts.get('final', {}).get('P@5'))}",
             _f(c.get("target_P@1")),
             _f(c.get("slide_seconds_to_target"), ".1f"), _f(c.get("baseline_seconds_to_target"), ".1f"),
@@ -248,7 +251,7 @@ def seed_rows(results: List[Dict[str, Any]]) -> str:
         lines.append("| " + " | ".join([
             name, b, ",".join(str(r.get("benchmark", {}).get("seed", "?")) for r in rs), _f(budget, "g"),
             _spread(sf), _spread(bf), _spread([best(r, "slide") for r in rs]), _spread([best(r, b) for r in rs]),
-            _spread([r["comparison"].get("samples_per_second_ratio") for r in rs], ".2f") if b != "pecos" else "-",
+            _spread([r["comparison"].get("samples_per_second_ratio") for r in rs], ".2f") if b not in ONE_CALL else "-",
             f"{wins} of {len(rs)}",
         ]) + " |")
     return "\n".join(lines)
@@ -290,7 +293,7 @@ def main(argv=None) -> int:
     p.add_argument("--datasets", default="bibtex,delicious",
                    help=f"comma-separated, from {', '.join(REAL + SYNTHETIC)} (default: bibtex,delicious)")
     p.add_argument("--budget", type=float, default=60.0, help="training seconds per system (default 60)")
-    p.add_argument("--baseline", choices=("torch", "pecos"), default="torch")
+    p.add_argument("--baseline", choices=BASELINES, default="torch")
     p.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
     p.add_argument("--threads", type=int, default=None, help="override training.threads (0 = all cores)")
     p.add_argument("--max-train", type=int, default=0, help="cut synthetic train sets to this many points")
@@ -299,7 +302,7 @@ def main(argv=None) -> int:
                    help="evaluate on this many test points (0 = all; default: training.eval_samples)")
     p.add_argument("--marks", type=lambda t: [float(v) for v in t.split(",")], default=None,
                    metavar="F1,F2,...", help="evaluation marks as fractions of the budget "
-                   "(default: slide.compare.default_marks); fewer marks = less evaluation time")
+                   "(default: slide.baselines.compare.default_marks); fewer marks = less evaluation time")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a configuration key for both systems, e.g. layers.1.lsh.range_pow=16 "
                    "(repeatable)")

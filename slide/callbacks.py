@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from typing import Any, Dict, Optional, Union
 
@@ -46,13 +47,16 @@ class Callback:
 class ProgressBar(Callback):
     """A tqdm bar over the samples of the run, showing samples/s, the running loss and P@1.
 
-    ``fit(..., progress=True)`` adds one. The bar writes to stderr (or ``file``) only because
-    the caller asked for it; the library itself never prints.
+    ``fit(..., progress=True)`` adds one, and ``slide train`` shows one. The bar writes to
+    stderr (or ``file``) only because the caller asked for it; the library itself never prints.
+    ``leave=False`` clears the bar when training ends; ``disable=True`` shows nothing.
     """
 
-    def __init__(self, file=None, smoothing: float = 0.05):
+    def __init__(self, file=None, smoothing: float = 0.05, *, leave: bool = True, disable: bool = False):
         self.file = file
         self.smoothing = smoothing
+        self.leave = leave
+        self.disable = disable
         self._bar = None
         self._loss: Optional[float] = None
         self._last_p1: Optional[float] = None
@@ -60,16 +64,18 @@ class ProgressBar(Callback):
     def on_train_begin(self, net) -> None:
         from tqdm.auto import tqdm
 
-        total = net._progress_total_samples
+        # samples still to train in this fit call (a resumed run starts part way)
+        total = getattr(net, "_progress_total_samples", None) or None
         self._bar = tqdm(total=total, unit="samples", unit_scale=True, file=self.file,
-                         smoothing=self.smoothing, dynamic_ncols=True, leave=True)
+                         smoothing=self.smoothing, dynamic_ncols=True, leave=self.leave,
+                         disable=self.disable)
         self._loss = None
 
     def on_batch_end(self, net, step: int, loss: float) -> None:
         if self._bar is None:
             return
         self._loss = loss if self._loss is None else 0.98 * self._loss + 0.02 * loss
-        self._bar.update(net._last_batch_size)
+        self._bar.update(int(getattr(net, "_last_batch_size", 0)) or net.config.training.batch_size)
         if step % 10 == 0:
             post = {"epoch": net.epoch, "loss": f"{self._loss:.4f}"}
             if self._last_p1 is not None:
@@ -84,6 +90,13 @@ class ProgressBar(Callback):
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+    def write(self, line: str, file=None) -> None:
+        """Print ``line`` (to stdout, or ``file``) above the bar without breaking it."""
+        if self._bar is not None:
+            self._bar.write(line, file=file or sys.stdout)
+        else:
+            print(line, file=file or sys.stdout, flush=True)
 
 
 class Checkpoint(Callback):

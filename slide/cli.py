@@ -14,6 +14,8 @@ import re
 import sys
 from typing import Dict, List, Optional, Sequence
 
+from ._util import format_bytes
+
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 
@@ -32,12 +34,6 @@ def _user_error_types():
 
 def _eprint(*parts) -> None:
     print(*parts, file=sys.stderr, flush=True)
-
-
-def _fmt_bytes(n: float) -> str:
-    from .memory import format_bytes
-
-    return format_bytes(n)
 
 
 def _parse_ks(text: str) -> List[int]:
@@ -103,47 +99,25 @@ def _describe_network(net) -> str:
 
 
 def _make_progress(quiet: bool):
-    from tqdm import tqdm
+    from .callbacks import ProgressBar
 
-    from .callbacks import Callback
-
-    class Progress(Callback):
-        """tqdm bar on stderr (samples/s, loss, ETA); metric lines go above it on stdout."""
+    class Progress(ProgressBar):
+        """The library's bar on stderr (samples/s, loss, ETA), cleared at the end; the network
+        line and the metric lines go above it on stdout."""
 
         def __init__(self):
-            self.bar = None
-            self.loss = None
+            super().__init__(file=sys.stderr, smoothing=0.1, leave=False, disable=quiet)
             self.described = False
 
         def on_train_begin(self, net):
             if not self.described:
                 self.described = True
                 self.write(_describe_network(net))
-            # samples still to train in this call (a resumed run starts part way)
-            remaining = int(getattr(net, "_progress_total_samples", 0)) or None
-            self.bar = tqdm(total=remaining, unit="samples", unit_scale=True, file=sys.stderr,
-                            disable=quiet, dynamic_ncols=True, leave=False, smoothing=0.1)
+            super().on_train_begin(net)
 
-        def on_batch_end(self, net, step, loss):
-            if self.bar is None:
-                return
-            self.loss = loss if self.loss is None else 0.95 * self.loss + 0.05 * loss
-            self.bar.update(int(getattr(net, "_last_batch_size", 0)) or net.config.training.batch_size)
-            if step % 10 == 0:
-                self.bar.set_postfix(epoch=net.epoch, loss=f"{self.loss:.4f}", refresh=False)
-
-        def on_train_end(self, net, history):
-            if self.bar is not None:
-                self.bar.close()
-                self.bar = None
-
-        def write(self, line: str):
-            if quiet:
-                return
-            if self.bar is not None:
-                self.bar.write(line, file=sys.stdout)
-            else:
-                print(line, flush=True)
+        def write(self, line: str, file=None):
+            if not quiet:
+                super().write(line, file)
 
     return Progress()
 
@@ -202,7 +176,7 @@ def cmd_train(args) -> int:
     else:
         kept = f"kept epoch {summary['kept_epoch']}"
     print(f"train {summary['train_seconds']:.1f}s  " + (f"{sps:.0f} samples/s  " if sps else "")
-          + f"peak RSS {_fmt_bytes(summary['peak_rss_bytes'])}  {kept}")
+          + f"peak RSS {format_bytes(summary['peak_rss_bytes'])}  {kept}")
     print(f"saved {run.path}")
     return 0
 
@@ -276,10 +250,10 @@ def cmd_config(args) -> int:
     if estimate:
         total = estimate.get("total")
         if total is not None:
-            print(f"memory estimate: {_fmt_bytes(total)}")
+            print(f"memory estimate: {format_bytes(total)}")
         for k, v in estimate.items():
             if k != "total" and isinstance(v, (int, float)):
-                print(f"  {k}: {_fmt_bytes(v)}")
+                print(f"  {k}: {format_bytes(v)}")
     return 0
 
 
@@ -341,7 +315,7 @@ def cmd_compare(args) -> int:
     runs.validate_config(config, source=args.config)
     budget = runs.parse_duration(args.budget) if args.budget else None
     out = args.out or runs.default_run_dir(args.config, root=os.path.join("runs", "compare"))
-    from .compare import run_compare
+    from .baselines.compare import run_compare
 
     try:
         # run_compare prints one line per evaluation (stderr) and the final table (stdout)
@@ -421,9 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("-o", "--output", required=True, metavar="FILE.png")
     pl.set_defaults(func=cmd_plot)
 
-    cp = sub.add_parser("compare", parents=[debug], help="time-to-accuracy against a dense baseline")
+    cp = sub.add_parser("compare", parents=[debug], help="time-to-accuracy against a baseline (dense torch, PECOS, napkinXC)")
     cp.add_argument("config", metavar="CONFIG")
-    cp.add_argument("--baseline", choices=("torch", "pecos"), default="torch")
+    cp.add_argument("--baseline", choices=("torch", "pecos", "napkinxc"), default="torch")
     cp.add_argument("--budget", metavar="TIME", help="wall-time budget per system, e.g. 90s, 10m, 1h")
     cp.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
     cp.add_argument("--out", metavar="DIR")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
+from ._util import format_bytes
 from .config import Config
 
 __all__ = ["estimate", "check_fits", "layer_sizes", "expected_active", "format_bytes"]
@@ -115,14 +116,6 @@ def estimate(config: Config, num_features: int, num_labels: int,
     out = {"weights": weights, "adam": adam, "gradients": gradients, "hash_tables": tables, "batch": batch}
     out["total"] = sum(out.values())
     return out
-
-
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024.0
-    return f"{n:.1f} TiB"
 
 
 def check_fits(config: Config, num_features: int, num_labels: int,

@@ -30,7 +30,9 @@ import scipy.sparse as sp
 from . import callbacks as _callbacks
 from . import memory as _memory
 from ._io import atomic_write
+from ._util import jsonable
 from .config import Config, ConfigError
+from .scaling import idf_weights, normalize_rows
 
 __all__ = ["Network", "History", "FORMAT_VERSION", "choose_sampling"]
 
@@ -415,20 +417,10 @@ class Network:
         """Apply ``data.normalize`` (with the idf learnt from the training data)."""
         mode = self.config.data.normalize
         if mode == "none":
-            return X
-        X = X.copy()
-        X.data = X.data.astype(np.float32, copy=False)
-        if mode == "tfidf_l2":
-            if self._idf is None:
-                raise RuntimeError("tfidf_l2: idf statistics are missing (fit has not run)")
-            X.data *= self._idf[X.indices]
-        sq = np.add.reduceat(np.concatenate([X.data.astype(np.float64) ** 2, [0.0]]),
-                             np.minimum(X.indptr[:-1], X.data.size)) if X.data.size else np.zeros(X.shape[0])
-        sq = np.where(np.diff(X.indptr) > 0, sq, 0.0)
-        norms = np.sqrt(sq)
-        norms[norms == 0] = 1.0
-        X.data /= np.repeat(norms, np.diff(X.indptr)).astype(np.float32)
-        return X
+            return X    # no copy of data that is used as it is
+        if mode == "tfidf_l2" and self._idf is None:
+            raise RuntimeError("tfidf_l2: idf statistics are missing (fit has not run)")
+        return normalize_rows(X, mode, self._idf)
 
     def _convert(self, X: sp.csr_matrix, Y: Optional[sp.csr_matrix]) -> _Arrays:
         X = self._normalize(X)
@@ -568,8 +560,10 @@ class Network:
             self._label_counts = np.bincount(split.Y.indices, minlength=self.num_labels).astype(np.int64)
             self._num_train_points = int(split.X.shape[0])
         if self._idf is None and cfg.data.normalize == "tfidf_l2":
-            df = np.bincount(split.X.indices, minlength=self.num_features).astype(np.float64)
-            self._idf = (np.log((1.0 + split.X.shape[0]) / (1.0 + df)) + 1.0).astype(np.float32)
+            # as wide as the network (the training matrix may be narrower than an eager build)
+            X = split.X if split.X.shape[1] == self.num_features else sp.csr_matrix(
+                (split.X.data, split.X.indices, split.X.indptr), shape=(split.X.shape[0], self.num_features))
+            self._idf = idf_weights(X)
         fit_arrays = self._convert(split.X, split.Y)
         full_arrays = (self._convert(split.X_all, split.Y_all) if split.held_out_of_train
                        else fit_arrays)
@@ -931,7 +925,7 @@ class Network:
         self._require_built("save")
         path = os.fspath(path)
         arrays: Dict[str, np.ndarray] = {
-            "meta": np.frombuffer(json.dumps(_jsonable(self._state_meta())).encode("utf-8"), dtype=np.uint8),
+            "meta": np.frombuffer(json.dumps(jsonable(self._state_meta(), nonfinite_as_none=False)).encode("utf-8"), dtype=np.uint8),
         }
         for name, v in self._core.parameters().items():
             arrays[f"param/{name}"] = np.asarray(v)
@@ -1035,18 +1029,6 @@ def _positive_int(v, name: str, allow_zero: bool = False) -> int:
         raise ValueError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} integer, "
                          f"got {v!r}")
     return int(v)
-
-
-def _jsonable(o):
-    if isinstance(o, dict):
-        return {str(k): _jsonable(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_jsonable(v) for v in o]
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    return o
 
 
 def _as_csr(X, what: str, dtype=np.float32) -> sp.csr_matrix:

@@ -1,7 +1,7 @@
 """Accuracy bands on real extreme-classification data with the default settings.
 
-The data sets are the shared Bibtex and Delicious copies (see ../shared/datasets/README.md); the
-tests skip when they are absent. The bands are the targets the defaults were tuned for (on
+The data sets are the Bibtex and Delicious copies shipped in ``datasets/`` (fixtures in
+conftest.py). The bands are the targets the defaults were tuned for (on
 validation splits of train, never on test: benchmarks/tune_defaults.py): a dense 128-ReLU
 PyTorch network reaches 0.586 / 0.647 test P@1 on them and a linear PECOS model 0.635 / 0.677.
 Measured with the defaults (seed 0): 0.645 / 0.688.
@@ -9,37 +9,13 @@ Measured with the defaults (seed 0): 0.645 / 0.688.
 The runs use one thread: a single-thread run with a fixed seed is bit-identical, so a band
 check cannot flip between runs (several threads train lock-free and differ run to run).
 """
-import os
-
 import numpy as np
 import pytest
 
 import slide
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "datasets"))
-ROOTS = [os.environ.get("SLIDE_DATASETS", ""), SHARED, "/work/shared/datasets"]
 
-
-def _dataset(name):
-    for root in ROOTS:
-        if root and os.path.exists(os.path.join(root, name, "train.txt")):
-            d = os.path.join(root, name)
-            return (slide.load_dataset(os.path.join(d, "train.txt")),
-                    slide.load_dataset(os.path.join(d, "test.txt")))
-    pytest.skip(f"{name} data not found under {ROOTS}")
-
-
-@pytest.fixture(scope="module")
-def bibtex():
-    return _dataset("bibtex")
-
-
-@pytest.fixture(scope="module")
-def delicious():
-    return _dataset("delicious")
-
-
+@pytest.mark.slow   # trains on the full data set
 def test_bibtex_default_settings(bibtex):
     train, test = bibtex
     net = slide.Network(threads=1)
@@ -48,6 +24,7 @@ def test_bibtex_default_settings(bibtex):
     assert p1 >= 0.63, p1
 
 
+@pytest.mark.slow   # trains on the full data set
 def test_delicious_default_settings(delicious):
     train, test = delicious
     net = slide.Network(threads=1)
@@ -61,8 +38,9 @@ def test_early_stopping_keeps_the_best_epoch(bibtex):
     rows = np.random.default_rng(0).permutation(len(train))
     valid, fit_part = train[np.sort(rows[:800])], train[np.sort(rows[800:])]
     # no dropout and a large constant step: validation P@1 peaks early, then the model overfits
+    # (32 batches an epoch: the early-stopping floor of 2 x lr_decay_min_steps batches is 2 epochs)
     net = slide.Network(threads=1, hidden=128, dropout=0.0, lr=0.03, lr_decay=1.0, epochs=12,
-                        patience=2, restore_best=True)
+                        patience=2, restore_best=True, lr_decay_min_steps=32)
     hist = net.fit(fit_part, valid=valid)
     scores = hist["valid/P@1"]
     best = int(np.argmax(scores))
@@ -71,6 +49,7 @@ def test_early_stopping_keeps_the_best_epoch(bibtex):
     assert net.evaluate(valid)["P@1"] == pytest.approx(scores[best], abs=1e-12)
 
 
+@pytest.mark.slow   # trains on the full data set
 def test_lsh_output_layer_matches_dense_on_delicious(delicious):
     train, test = delicious
     # about a third to a half of the 983 labels active per sample, chosen by SimHash tables
@@ -90,6 +69,7 @@ def test_lsh_output_layer_matches_dense_on_delicious(delicious):
     assert p_lsh >= p_dense - 0.02, (p_lsh, p_dense)
 
 
+@pytest.mark.slow   # trains on the full data set
 def test_lsh_output_layer_matches_dense_on_bibtex(bibtex):
     train, test = bibtex
     # 20-60 of the 159 labels active per sample (plus the sample's own), chosen by SimHash tables;

@@ -20,14 +20,7 @@ import slide
 from slide.config import Config
 from slide.data import load_dataset
 
-ROOT = Path(__file__).resolve().parents[1]
-BIBTEX = ROOT / "datasets" / "bibtex"
-
-
-def run_cli(*args, cwd=None, timeout=300):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "slide", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+from conftest import BIBTEX, run_cli
 
 
 def write_config(path, epochs=2, valid_fraction=0.0, **training):
@@ -167,6 +160,7 @@ def _load_all(ckpt_dir):
     return loaded
 
 
+@pytest.mark.slow
 def test_kill_then_resume_equals_an_uninterrupted_run(tmp_path):
     # checkpoints at epoch ends and every ~0.1 s (mid-epoch), each resumable exactly
     # with dropout and a held-out validation split (restore_best), whose state must survive too
@@ -424,6 +418,7 @@ def test_config_check(tmp_path):
     assert r.returncode == 2 and "data.train: file not found" in r.stderr
 
 
+@pytest.mark.slow
 def test_datasets_commands(tmp_path):
     r = run_cli("datasets", "list")
     assert r.returncode == 0 and "bibtex" in r.stdout
@@ -443,6 +438,7 @@ def test_datasets_commands(tmp_path):
 
 # ---------------------------------------------------------------------- plot / compare
 
+@pytest.mark.slow
 def test_plot_draws_several_runs(trained, tmp_path):
     _, out, _ = trained
     other = tmp_path / "other"
@@ -497,6 +493,19 @@ def test_compare_without_the_baseline_package_says_what_to_install(tmp_path):
     r = run_cli("compare", cfg, "--baseline", "pecos", "--budget", "5s", "--out", tmp_path / "cmp")
     assert r.returncode == 2 and "pip install" in r.stderr and "pecos" in r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.slow
+def test_compare_against_napkinxc(tmp_path):
+    pytest.importorskip("napkinxc", reason="napkinxc is not installed (pip install slide[napkinxc])")
+    cfg = write_config(tmp_path / "c.yaml")
+    out = tmp_path / "cmp"
+    r = run_cli("compare", cfg, "--baseline", "napkinxc", "--budget", "2s", "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert "slide vs napkinxc on bibtex" in r.stdout and "napkinxc trains in one call" in r.stdout
+    result = json.loads((out / "compare.json").read_text())
+    [rec] = result["systems"]["napkinxc"]["records"]
+    assert 0.55 < rec["P@1"] < 0.7 and "error" not in result["systems"]["slide"]
 
 
 def test_console_script_is_installed():

@@ -8,8 +8,7 @@ import pytest
 
 from slide.config import ConfigError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIBTEX = os.path.join(ROOT, "datasets", "bibtex")
+from conftest import BIBTEX, ROOT
 
 SYSTEM_KEYS = {"train_seconds", "samples", "samples_per_second", "best_P@1", "best_P@1_seconds",
                "final", "peak_rss_bytes", "rss_growth_bytes", "threads"}
@@ -24,9 +23,10 @@ def _config(**training):
             "training": {"threads": 1, "dropout": 0.0, **training}, "optimizer": {"lr": 3e-3}}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 def test_compare_writes_json_table_and_plot(tmp_path):
-    from slide.compare import run_compare
+    from slide.baselines.compare import run_compare
 
     marks = [0.4, 0.8, 1.5]
     out = tmp_path / "cmp"
@@ -68,7 +68,7 @@ def test_compare_writes_json_table_and_plot(tmp_path):
 
 
 def test_compare_needs_a_test_set_and_existing_files(tmp_path):
-    from slide.compare import run_compare
+    from slide.baselines.compare import run_compare
 
     cfg = _config()
     cfg["data"]["test"] = None
@@ -78,7 +78,7 @@ def test_compare_needs_a_test_set_and_existing_files(tmp_path):
     cfg["data"]["train"] = str(tmp_path / "missing.txt")
     with pytest.raises(FileNotFoundError, match=r"data\.train.*missing\.txt"):
         run_compare(cfg, budget_seconds=1, out_dir=tmp_path, progress=False)
-    with pytest.raises(ValueError, match="baseline must be one of torch, pecos"):
+    with pytest.raises(ValueError, match="baseline must be one of torch, pecos, napkinxc"):
         run_compare(_config(), baseline="tensorflow", out_dir=tmp_path, progress=False)
     with pytest.raises(ValueError, match="budget_seconds"):
         run_compare(_config(), budget_seconds=0, out_dir=tmp_path, progress=False)
@@ -86,7 +86,7 @@ def test_compare_needs_a_test_set_and_existing_files(tmp_path):
 
 
 def test_compare_without_torch_fails_before_training(tmp_path, monkeypatch):
-    from slide.compare import run_compare
+    from slide.baselines.compare import run_compare
 
     monkeypatch.setitem(sys.modules, "torch", None)  # what `import torch` sees when it is missing
     with pytest.raises(ImportError, match=r"pip install slide\[torch\]"):
@@ -95,7 +95,7 @@ def test_compare_without_torch_fails_before_training(tmp_path, monkeypatch):
 
 
 def test_compare_without_pecos_fails_before_training(tmp_path, monkeypatch):
-    from slide.compare import run_compare
+    from slide.baselines.compare import run_compare
 
     monkeypatch.setitem(sys.modules, "pecos", None)
     with pytest.raises(ImportError, match=r"pip install slide\[pecos\]"):
@@ -103,8 +103,54 @@ def test_compare_without_pecos_fails_before_training(tmp_path, monkeypatch):
     assert not (tmp_path / "o").exists()
 
 
+def test_compare_without_napkinxc_fails_before_training(tmp_path, monkeypatch):
+    from slide.baselines.compare import run_compare
+
+    for name in ("napkinxc", "napkinxc.models"):   # also when an earlier test imported it
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(ImportError, match=r"pip install slide\[napkinxc\]"):
+        run_compare(_config(), baseline="napkinxc", budget_seconds=1, out_dir=tmp_path / "o", progress=False)
+    assert not (tmp_path / "o").exists()
+
+
+def test_compare_against_napkinxc_in_process(tmp_path):
+    pytest.importorskip("napkinxc", reason="napkinxc is not installed (pip install slide[napkinxc])")
+    from slide.baselines.compare import run_compare
+    from slide.data import load_dataset
+
+    train = load_dataset(os.path.join(BIBTEX, "train.txt"))[:2000]
+    test = load_dataset(os.path.join(BIBTEX, "test.txt"))[:300]
+    cfg = _config()
+    cfg["data"]["train"] = cfg["data"]["test"] = None
+    r = run_compare(cfg, baseline="napkinxc", budget_seconds=0.5, out_dir=tmp_path, marks=[0.5],
+                    progress=False, train=train, test=test, isolate=False)
+    assert r["baseline"] == "napkinxc" and r["device"] == "cpu"
+    s = r["systems"]["napkinxc"]
+    assert "error" not in s, s.get("error")
+    [rec] = s["records"]                  # trained in one call: one record, at the end
+    assert rec["mark"] is None and rec["samples"] == 2000 and rec["loss"] is None
+    assert 0.3 < rec["P@1"] <= 1.0 and s["summary"]["best_P@1"] == rec["P@1"]
+    assert s["summary"]["params"]["model"] == "napkinxc.PLT"
+    c = r["comparison"]
+    assert c["target_P@1"] == rec["P@1"] and c["samples_per_second_ratio"] is None
+    assert "napkinxc trains in one call" in r["table"]
+
+
+def test_the_harness_is_outside_the_core_import_path():
+    import subprocess
+
+    code = "import slide, sys; print(sorted(m for m in sys.modules if 'compare' in m))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+    sys.modules.pop("slide.compare", None)
+    with pytest.warns(DeprecationWarning, match="slide.baselines.compare"):
+        import slide.compare as old
+    from slide.baselines import compare
+    assert old.run_compare is compare.run_compare and old.BASELINES == compare.BASELINES
+
+
 def test_default_marks_cover_the_budget_densely_early():
-    from slide.compare import default_marks
+    from slide.baselines.compare import default_marks
 
     m = default_marks(600)
     assert m[0] < 30 and m[-1] == 600 and m == sorted(set(m))
@@ -112,7 +158,7 @@ def test_default_marks_cover_the_budget_densely_early():
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 def test_compare_in_process_on_in_memory_datasets(tmp_path):
-    from slide.compare import run_compare
+    from slide.baselines.compare import run_compare
     from slide.data import load_dataset
 
     train = load_dataset(os.path.join(BIBTEX, "train.txt"))[:2000]

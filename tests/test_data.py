@@ -10,7 +10,7 @@ import slide
 from slide import DataError, Dataset, load_dataset
 from slide import data as data_module
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+from conftest import BIBTEX, DELICIOUS
 
 
 @pytest.fixture(autouse=True)
@@ -213,18 +213,22 @@ def test_very_long_valid_line(tmp_path):
 # ---------------------------------------------------------------- real data
 
 
-@pytest.mark.skipif(not (SHARED / "delicious").is_dir(), reason="shared datasets not present")
 def test_real_datasets_match_their_cards():
-    bib = load_dataset(SHARED / "bibtex" / "train.txt")
+    bib = load_dataset(BIBTEX / "train.txt")
     s = bib.stats()
     assert (s["points"], s["features"], s["labels"]) == (4880, 1836, 159)
     assert 2.3 < s["avg_labels_per_point"] < 2.5 and 68 < s["avg_nnz_per_point"] < 69.5
-    deli = load_dataset(SHARED / "delicious" / "train.txt")
+    deli = load_dataset(DELICIOUS / "train.txt")
     s = deli.stats()
     assert (s["points"], s["features"], s["labels"]) == (12920, 500, 983)
     assert s["points_without_labels"] > 0  # lines that start with a space are kept
     assert 18.9 < s["avg_labels_per_point"] < 19.1
     assert deli.label_counts().sum() == deli.labels.nnz
+    # the shipped test files: the point counts of the cards, ids inside the training ranges
+    for folder, points, train in ((BIBTEX, 2515, bib), (DELICIOUS, 3185, deli)):
+        test = load_dataset(folder / "test.txt")
+        assert len(test) == points
+        assert test.num_features <= train.num_features and test.num_labels <= train.num_labels
 
 
 # ---------------------------------------------------------------- Dataset

@@ -23,6 +23,7 @@ import run as fuzz_run  # noqa: E402
 BUDGET = {"config": 12, "dataset": 18, "checkpoint": 12}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", sorted(BUDGET))
 def test_fuzz_target_finds_nothing(target, tmp_path):
     rc, n, crashes, output = fuzz_run.run_target(target, str(tmp_path), seconds=BUDGET[target], timeout=240)

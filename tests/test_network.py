@@ -11,6 +11,8 @@ from slide import callbacks
 from slide.config import Config, ConfigError
 from slide.network import FORMAT_VERSION, Network, choose_sampling
 
+from conftest import assert_same_parameters
+
 
 def make_problem(n=600, num_features=300, num_labels=24, seed=0):
     """Learnable multi-label data: each label owns a few features that its points show."""
@@ -174,8 +176,6 @@ def test_patience_without_validation_data_is_unused(data):
 
 
 def test_dataset_objects_are_accepted(data):
-    if not hasattr(slide, "Dataset"):
-        pytest.skip("slide.Dataset not available in this build")
     train, test = data
     tr = slide.Dataset(train[0], train[1])
     te = slide.Dataset(test[0], test[1])
@@ -187,13 +187,6 @@ def test_dataset_objects_are_accepted(data):
 
 def params_of(net):
     return {k: np.array(v) for k, v in net.parameters().items()}
-
-
-def assert_same_params(a, b):
-    pa, pb = params_of(a), params_of(b)
-    assert pa.keys() == pb.keys()
-    for k in pa:
-        np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
 
 
 @pytest.mark.parametrize("normalize", ["l2", "tfidf_l2"])
@@ -208,7 +201,7 @@ def test_resume_is_bit_identical(data, tmp_path, normalize):
     assert resumed.epoch == 1 and resumed.step == 15
     resumed.fit(train)                       # continues to training.epochs = 2
     assert resumed.epoch == 2 and resumed.step == full.step
-    assert_same_params(full, resumed)
+    assert_same_parameters(full, resumed)
     np.testing.assert_array_equal(full.predict(test[0])[1], resumed.predict(test[0])[1])
 
 
@@ -224,7 +217,7 @@ def test_resume_mid_epoch_is_bit_identical(data, tmp_path):
     resumed = Network.load(path)
     resumed.fit(train)
     assert resumed.step == full.step
-    assert_same_params(full, resumed)
+    assert_same_parameters(full, resumed)
 
 
 def lsh_output(K=2, **kw):
@@ -254,7 +247,7 @@ def test_resume_with_lsh_output_is_bit_identical(data, tmp_path, K):
     assert resumed._core.next_rebuild == half._core.next_rebuild > 15
     resumed.fit(train)
     assert resumed.epoch == 2 and resumed.step == full.step == 30
-    assert_same_params(full, resumed)
+    assert_same_parameters(full, resumed)
     for mode in ("exact", "lsh"):
         a, b = full.predict(test[0], mode=mode), resumed.predict(test[0], mode=mode)
         np.testing.assert_array_equal(a[0], b[0])
@@ -354,7 +347,7 @@ def test_files_without_hash_tables_still_load(data, tmp_path):
     with zipfile.ZipFile(old) as z:
         assert not any(n.startswith("tables/") for n in z.namelist())
     back = Network.load(old)
-    assert_same_params(net, back)
+    assert_same_parameters(net, back)
     assert back.step == 15 and back._core.next_rebuild == net._core.next_rebuild
     np.testing.assert_array_equal(back.predict(test[0])[0], net.predict(test[0])[0])
 
@@ -686,6 +679,7 @@ def test_ctrl_c_during_training_stops_cleanly(data, tmp_path):
     assert Network.load(tmp_path / "stopped.npz").step == net.step
 
 
+@pytest.mark.slow
 def test_lsh_layer_a_few_times_wider_than_its_active_set_keeps_up_with_dense():
     """3,000 labels, at most 600 active: the batch's labels join the active sets as negatives.
     Without them the frequent labels are pushed up as positives far more often than down as

@@ -22,6 +22,7 @@ def _text(cell):
     return "".join(out)
 
 
+@pytest.mark.slow
 def test_quickstart_notebook_runs_and_learns():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",

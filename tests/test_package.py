@@ -62,3 +62,18 @@ def test_config_files_that_are_not_configs_raise_config_errors(tmp_path):
 def test_limits_that_would_kill_the_engine_are_refused(key, value):
     with pytest.raises(ConfigError, match=rf"training\.{key}: must be <="):
         Config.from_dict({"training": {key: value}})
+
+
+def test_the_version_is_written_once():
+    import importlib.metadata
+    import re
+    from pathlib import Path
+
+    from conftest import ROOT
+
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    # no static version in [project]: the build reads __version__ from slide/__init__.py
+    assert re.search(r'^dynamic\s*=\s*\[[^\]]*"version"', pyproject, re.M)
+    assert not re.search(r"^version\s*=", pyproject, re.M)
+    assert re.search(r'^__version__ = "[^"]+"$', (ROOT / "slide" / "__init__.py").read_text(), re.M)
+    assert importlib.metadata.version("slide") == slide.__version__

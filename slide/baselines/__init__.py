@@ -5,21 +5,28 @@
   Needs ``pip install slide[torch]``.
 * :mod:`slide.baselines.pecos_linear`: PECOS XR-Linear (Yu et al., JMLR 2022), a strong
   hierarchical linear XMC method. Needs ``pip install slide[pecos]``.
+* :mod:`slide.baselines.napkinxc_plt`: napkinXC's probabilistic label tree (Jasinska-Kobus et al.),
+  a fast tree of linear node classifiers. Needs ``pip install slide[napkinxc]``.
+* :mod:`slide.baselines.compare`: the harness behind ``slide compare`` that trains slide and one
+  of these on the same data and measures both the same way.
 
-Both modules import their heavy dependency lazily, so ``import slide.baselines`` always works;
+The baseline modules import their heavy dependency lazily, so ``import slide.baselines`` always works;
 constructing a trainer without the dependency raises :class:`ImportError` saying what to install.
 
-This module holds what the baselines share: turning a data set into CSR matrices and scaling
-its rows the way ``data.normalize`` tells slide to.
+This module holds what the baselines share: turning a data set into CSR matrices, and (from
+:mod:`slide.scaling`, the code slide itself uses) scaling its rows as ``data.normalize`` says.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import os
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["as_csr_pair", "normalize_rows", "idf_weights"]
+from ..scaling import idf_weights, normalize_rows
+
+__all__ = ["as_csr_pair", "normalize_rows", "idf_weights", "scale_rows", "threads_for", "evaluate_topk"]
 
 
 def as_csr_pair(data) -> Tuple[sp.csr_matrix, Optional[sp.csr_matrix]]:
@@ -47,35 +54,37 @@ def as_csr_pair(data) -> Tuple[sp.csr_matrix, Optional[sp.csr_matrix]]:
     return x, y
 
 
-def idf_weights(features: sp.csr_matrix) -> np.ndarray:
-    """Smoothed inverse document frequency per feature, ``log((1 + n) / (1 + df)) + 1``,
-    computed on the training rows only (so test data never leaks into the scaling)."""
-    n = features.shape[0]
-    df = np.bincount(features.indices, minlength=features.shape[1]).astype(np.float64)
-    return (np.log((1.0 + n) / (1.0 + df)) + 1.0).astype(np.float32)
+def scale_rows(features: sp.csr_matrix, num_features: int, mode: str,
+               idf: Optional[np.ndarray] = None) -> sp.csr_matrix:
+    """Rows of a model trained on ``num_features`` features, scaled as ``data.normalize``
+    (``mode``) says. A matrix with fewer columns is widened (its features are the first ones);
+    one with more raises ValueError."""
+    if features.shape[1] < num_features:
+        features = sp.csr_matrix((features.data, features.indices, features.indptr),
+                                 shape=(features.shape[0], num_features))
+    elif features.shape[1] > num_features:
+        raise ValueError(f"data has {features.shape[1]} features, the model was trained on {num_features}")
+    return normalize_rows(features, mode, idf)
 
 
-def normalize_rows(features: sp.csr_matrix, mode: str = "l2",
-                   idf: Optional[np.ndarray] = None) -> sp.csr_matrix:
-    """Scale rows as ``data.normalize`` says: ``none``, ``l2`` (unit Euclidean norm) or
-    ``tfidf_l2`` (multiply by ``idf``, then unit norm). All-zero rows stay zero.
+def threads_for(config) -> int:
+    """``training.threads`` of a configuration, or every CPU this process may use when it is 0."""
+    if config.training.threads > 0:
+        return int(config.training.threads)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
 
-    Returns a new float32 CSR matrix; the input is not modified.
-    """
-    if mode not in ("none", "l2", "tfidf_l2"):
-        raise ValueError(f"data.normalize must be one of none, l2, tfidf_l2; got {mode!r}")
-    x = sp.csr_matrix(features, dtype=np.float32, copy=True)
-    if mode == "none":
-        return x
-    if mode == "tfidf_l2":
-        if idf is None:
-            raise ValueError("normalize_rows: mode 'tfidf_l2' needs the idf weights of the training rows")
-        idf = np.asarray(idf, dtype=np.float32)
-        if idf.shape[0] < x.shape[1]:
-            raise ValueError(f"idf has {idf.shape[0]} weights for {x.shape[1]} features")
-        x.data *= idf[x.indices]
-    sq = np.asarray(x.multiply(x).sum(axis=1), dtype=np.float64).ravel()
-    norms = np.sqrt(sq)
-    norms[norms == 0.0] = 1.0
-    x.data /= np.repeat(norms, np.diff(x.indptr)).astype(np.float32)
-    return x
+
+def evaluate_topk(model, data, k: Sequence[int] = (1, 3, 5),
+                  propensities: Optional[np.ndarray] = None) -> Dict[str, float]:
+    """:func:`slide.metrics.evaluate` of ``model.predict_topk(features, max(k))`` on ``data``
+    (anything :func:`as_csr_pair` accepts, with labels): every baseline is scored by slide's code."""
+    from ..metrics import evaluate
+
+    x, y = as_csr_pair(data)
+    if y is None:
+        raise ValueError("evaluate needs labels")
+    top, _ = model.predict_topk(x, max(k))
+    return {key: float(v) for key, v in evaluate(top, y, k=tuple(k), propensities=propensities).items()}

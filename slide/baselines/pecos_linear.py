@@ -13,14 +13,13 @@ Inputs are scaled as ``data.normalize`` says (L2 rows by default), exactly as sl
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, Optional
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..config import Config
-from . import as_csr_pair, idf_weights, normalize_rows
+from . import as_csr_pair, evaluate_topk, idf_weights, scale_rows, threads_for
 
 __all__ = ["PecosXLinear", "import_pecos"]
 
@@ -60,20 +59,14 @@ class PecosXLinear:
         self.threshold = float(threshold)
         self.Cp, self.Cn = float(Cp), float(Cn)
         self.solver_type = solver_type
-        t = self.config.training.threads
-        self.threads = t if t > 0 else max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                          else (os.cpu_count() or 1))
+        self.threads = threads_for(self.config)
         self.model = None
         self.num_features: Optional[int] = None
         self.num_labels: Optional[int] = None
         self._idf: Optional[np.ndarray] = None
 
     def _prepare(self, x: sp.csr_matrix) -> sp.csr_matrix:
-        if x.shape[1] < self.num_features:
-            x = sp.csr_matrix((x.data, x.indices, x.indptr), shape=(x.shape[0], self.num_features))
-        elif x.shape[1] > self.num_features:
-            raise ValueError(f"data has {x.shape[1]} features, the model was trained on {self.num_features}")
-        return normalize_rows(x, self.config.data.normalize, self._idf)
+        return scale_rows(x, self.num_features, self.config.data.normalize, self._idf)
 
     def fit(self, train) -> "PecosXLinear":
         """Train on a :class:`slide.Dataset` (or ``(features, labels)``). Points with no label
@@ -122,10 +115,8 @@ class PecosXLinear:
         return labels, scores
 
     def evaluate(self, data, k=(1, 3, 5)) -> Dict[str, float]:
-        from ..metrics import evaluate
-        x, y = as_csr_pair(data)
-        top, _ = self.predict_topk(x, max(k))
-        return {key: float(v) for key, v in evaluate(top, y, k=tuple(k)).items()}
+        """:func:`slide.metrics.evaluate` of the top-``max(k)`` predictions on ``data``."""
+        return evaluate_topk(self, data, k)
 
     def params_summary(self) -> Dict[str, Any]:
         return {"nr_splits": self.nr_splits, "beam_size": self.beam_size, "threshold": self.threshold,

@@ -27,7 +27,6 @@ Example::
 from __future__ import annotations
 
 import math
-import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -35,7 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..config import Config
-from . import as_csr_pair, idf_weights, normalize_rows
+from . import as_csr_pair, evaluate_topk, idf_weights, normalize_rows, threads_for
 
 __all__ = ["TorchDenseTrainer", "import_torch", "require_torch", "resolve_device"]
 
@@ -84,15 +83,6 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
-def _threads(config: Config) -> int:
-    if config.training.threads > 0:
-        return config.training.threads
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 class TorchDenseTrainer:
     """Train the dense equivalent of ``config`` for a time or epoch budget.
 
@@ -121,7 +111,7 @@ class TorchDenseTrainer:
         out = self.config.layers[-1].size
         self.num_labels = int(out) if out else int(num_labels)
         self.device = resolve_device(device)
-        self.threads = _threads(self.config)
+        self.threads = threads_for(self.config)
         self.step = 0
         self.epoch = 0
         self.samples_seen = 0
@@ -432,12 +422,7 @@ class TorchDenseTrainer:
 
     def evaluate(self, data, k: Sequence[int] = (1, 3, 5)) -> Dict[str, float]:
         """:func:`slide.metrics.evaluate` of the top-``max(k)`` predictions on ``data``."""
-        from ..metrics import evaluate
-        x, y = as_csr_pair(data)
-        if y is None:
-            raise ValueError("evaluate needs labels")
-        top, _ = self.predict_topk(x, max(k))
-        return {key: float(v) for key, v in evaluate(top, y, k=tuple(k)).items()}
+        return evaluate_topk(self, data, k)
 
     def num_parameters(self) -> int:
         return int(sum(p.numel() for p in self.model.parameters()))

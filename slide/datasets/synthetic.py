@@ -38,6 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._io import atomic_write_text
+from ..scaling import idf_weights, normalize_rows
 
 __all__ = ["SyntheticSpec", "PRESETS", "make_synthetic", "make_synthetic_arrays", "write_synthetic"]
 
@@ -338,13 +339,7 @@ def _generate_split(model: _Model, n: int, seed: int, split: int):
 def _tfidf_l2(x: sp.csr_matrix, idf: np.ndarray) -> sp.csr_matrix:
     x = x.copy()
     x.data = ((1.0 + np.log(x.data)) * idf[x.indices]).astype(np.float32)
-    norms = np.sqrt(np.add.reduceat(x.data.astype(np.float64) ** 2, x.indptr[:-1])
-                    if x.nnz else np.zeros(x.shape[0]))
-    # reduceat returns the next row's value for empty rows; rows here are never empty
-    counts = np.diff(x.indptr)
-    norms = np.where(counts > 0, norms, 1.0)
-    x.data /= np.repeat(norms, counts).astype(np.float32)
-    return x
+    return normalize_rows(x, "l2")
 
 
 def make_synthetic_arrays(preset: Optional[str] = None, *, seed: int = 0, **shape):
@@ -356,8 +351,7 @@ def make_synthetic_arrays(preset: Optional[str] = None, *, seed: int = 0, **shap
     model = _Model(spec, np.random.default_rng(np.random.SeedSequence([int(seed), 0])))
     xtr, ytr = _generate_split(model, spec.num_train, int(seed), 1)
     xte, yte = _generate_split(model, spec.num_test, int(seed), 2)
-    df = np.bincount(xtr.indices, minlength=spec.num_features)
-    idf = np.log((spec.num_train + 1.0) / (df + 1.0)) + 1.0
+    idf = idf_weights(xtr, dtype=np.float64)
     return _tfidf_l2(xtr, idf), ytr, _tfidf_l2(xte, idf), yte
 
 

@@ -1,0 +1,70 @@
+"""Small helpers shared across the package: JSON conversion, peak memory, byte sizes."""
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, Optional
+
+import numpy as np
+
+__all__ = ["jsonable", "peak_rss_bytes", "format_bytes"]
+
+
+def jsonable(obj: Any, nonfinite_as_none: bool = True) -> Any:
+    """``obj`` with numpy scalars and arrays turned into Python numbers and lists, tuples into
+    lists and dict keys into strings, so that :func:`json.dumps` accepts it.
+
+    With ``nonfinite_as_none`` (the default) NaN and infinite floats become ``None``, which is
+    strict JSON; without it they stay floats (Python's ``json`` round-trips them as
+    ``NaN``/``Infinity``), for files that only this package reads back.
+    """
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v, nonfinite_as_none) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v, nonfinite_as_none) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist(), nonfinite_as_none)
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if nonfinite_as_none and isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process so far, in bytes.
+
+    On Linux this is the high-water mark of the process's own memory (``VmHWM``); the
+    ``ru_maxrss`` of :func:`resource.getrusage`, used elsewhere, also counts the parent's
+    memory at the moment a subprocess was started (it survives ``exec``), so a small worker
+    started by a large process would report the parent's size.
+    """
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        # Linux reports KiB, macOS bytes.
+        return int(peak if sys.platform == "darwin" else peak * 1024)
+    except ImportError:  # Windows
+        import psutil
+
+        info = psutil.Process().memory_info()
+        return int(getattr(info, "peak_wset", info.rss))
+
+
+def format_bytes(n: Optional[float]) -> str:
+    """``1536`` -> ``"1.5 KiB"`` (binary units up to TiB); ``None`` -> ``"-"``."""
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024.0
+    return f"{n:.1f} TiB"

@@ -1,0 +1,92 @@
+"""slide.scaling: the one row scaling that slide, the baselines and the synthetic generator share."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import slide
+from slide.scaling import idf_weights, normalize_rows
+
+
+def _rows(seed=0, n=40, d=30):
+    """float32 CSR with empty rows at the start, the middle and the end."""
+    rng = np.random.default_rng(seed)
+    dense = (rng.uniform(0.1, 3.0, (n, d)) * (rng.random((n, d)) < 0.3)).astype(np.float32)
+    dense[[0, n // 2, n - 1]] = 0
+    return sp.csr_matrix(dense)
+
+
+def _reference(x, idf=None):
+    """Row by row: float32 values (times idf), norm summed in float64 in storage order."""
+    out = []
+    for i in range(x.shape[0]):
+        vals = x.data[x.indptr[i]:x.indptr[i + 1]].astype(np.float32)
+        if idf is not None:
+            vals = vals * idf[x.indices[x.indptr[i]:x.indptr[i + 1]]]
+        acc = 0.0
+        for v in vals:
+            acc += float(v) ** 2
+        norm = np.float32(np.sqrt(acc)) if acc > 0 else np.float32(1.0)
+        out.append(vals / norm)
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("mode", ["l2", "tfidf_l2"])
+def test_rows_match_a_row_by_row_reference_bit_for_bit(mode):
+    x = _rows()
+    idf = idf_weights(x)
+    z = normalize_rows(x, mode, idf)
+    expected = _reference(x, idf if mode == "tfidf_l2" else None)
+    assert z.dtype == np.float32 and np.array_equal(z.indptr, x.indptr) and np.array_equal(z.indices, x.indices)
+    assert np.array_equal(z.data.view(np.uint32), expected.astype(np.float32).view(np.uint32))
+    norms = np.sqrt(np.asarray(z.multiply(z).sum(axis=1), dtype=np.float64).ravel())
+    assert norms[0] == norms[20] == norms[-1] == 0.0     # empty rows stay empty, not NaN
+    np.testing.assert_allclose(np.delete(norms, [0, 20, 39]), 1.0, rtol=1e-6)
+
+
+def test_input_is_not_modified_and_none_only_converts():
+    x = _rows().astype(np.float64)
+    before = x.copy()
+    normalize_rows(x, "l2")
+    assert (x != before).nnz == 0
+    z = normalize_rows(x, "none")
+    assert z.dtype == np.float32 and np.array_equal(z.toarray(), before.toarray().astype(np.float32))
+
+
+def test_idf_weights_hand_computed():
+    x = sp.csr_matrix(np.array([[1, 0, 2], [0, 0, 1], [3, 0, 0], [1, 0, 1]], dtype=np.float32))
+    # n = 4 rows; document frequencies 3, 0, 3
+    expected = np.log(5.0 / np.array([4.0, 1.0, 4.0])) + 1.0
+    np.testing.assert_array_equal(idf_weights(x, dtype=np.float64), expected)
+    assert idf_weights(x).dtype == np.float32
+
+
+def test_bad_arguments_raise():
+    x = _rows()
+    with pytest.raises(ValueError, match="data.normalize must be one of none, l2, tfidf_l2"):
+        normalize_rows(x, "l1")
+    with pytest.raises(ValueError, match="needs the idf weights"):
+        normalize_rows(x, "tfidf_l2")
+    with pytest.raises(ValueError, match="idf has 3 weights for 30 features"):
+        normalize_rows(x, "tfidf_l2", np.ones(3))
+
+
+@pytest.mark.parametrize("mode", ["l2", "tfidf_l2"])
+def test_the_network_scales_rows_with_the_shared_function(mode):
+    x = _rows()
+    y = sp.csr_matrix((np.ones(x.shape[0], np.float32), np.arange(x.shape[0]) % 5,
+                       np.arange(x.shape[0] + 1)), shape=(x.shape[0], 5))
+    net = slide.Network(normalize=mode, hidden=8, epochs=1, threads=1, valid_fraction=0.0)
+    net.fit((x, y))
+    if mode == "tfidf_l2":   # learnt from the training rows, as the baselines learn theirs
+        np.testing.assert_array_equal(net._idf, idf_weights(x))
+    z = net._normalize(x)
+    assert np.array_equal(z.data.view(np.uint32), normalize_rows(x, mode, idf_weights(x)).data.view(np.uint32))
+
+
+def test_baselines_and_the_generator_use_the_same_function():
+    import slide.baselines as baselines
+    import slide.datasets.synthetic as synthetic
+    import slide.network as network
+
+    assert baselines.normalize_rows is normalize_rows and baselines.idf_weights is idf_weights
+    assert network.normalize_rows is normalize_rows and synthetic.normalize_rows is normalize_rows
