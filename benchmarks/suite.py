@@ -34,6 +34,7 @@ import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -75,9 +76,7 @@ def worker(system: str, name: str, threads: int) -> dict:
         t0 = time.perf_counter()
         hist = net.fit(train)
         row["train_seconds"] = time.perf_counter() - t0
-        top, _ = net.predict(test, k=max(KS))
-        scores = slide.metrics.evaluate(top, test.labels, k=KS, propensities=props)
-        row.update({k: float(v) for k, v in scores.items() if k in _wanted()})
+        row.update(_scores(net.predict(test, k=max(KS))[0], test, props))
         row["epochs"] = {"best": hist.best_epoch, "refit": hist.refit_epochs}
     elif system == "napkinxc":
         from slide.baselines.napkinxc_plt import NapkinPLT
@@ -86,7 +85,7 @@ def worker(system: str, name: str, threads: int) -> dict:
         t0 = time.perf_counter()
         model.fit(train)
         row["train_seconds"] = time.perf_counter() - t0
-        row.update({k: v for k, v in model.evaluate(test, propensities=props).items() if k in _wanted()})
+        row.update(_scores(model.predict_topk(test.features, k=max(KS))[0], test, props))
     elif system == "pecos":
         from slide.baselines.pecos_linear import PecosXLinear
 
@@ -94,7 +93,7 @@ def worker(system: str, name: str, threads: int) -> dict:
         t0 = time.perf_counter()
         model.fit(train)
         row["train_seconds"] = time.perf_counter() - t0
-        row.update({k: v for k, v in model.evaluate(test, propensities=props).items() if k in _wanted()})
+        row.update(_scores(model.predict_topk(test.features, k=max(KS))[0], test, props))
     elif system == "torch":
         from slide.baselines.torch_dense import TorchDenseTrainer
 
@@ -103,22 +102,29 @@ def worker(system: str, name: str, threads: int) -> dict:
         t0 = time.perf_counter()
         model.fit_for(train, epochs=TORCH_EPOCHS)
         row["train_seconds"] = time.perf_counter() - t0
-        row.update({k: v for k, v in model.evaluate(test, propensities=props).items() if k in _wanted()})
+        row.update(_scores(model.predict_topk(test.features, k=max(KS))[0], test, props))
     else:
         raise ValueError(f"unknown system {system!r}")
     row["peak_rss_bytes"] = _peak_rss()
     return row
 
 
-def _wanted():
-    return {f"P@{k}" for k in KS} | {f"PSP@{k}" for k in KS}
+def _scores(top, test, props) -> dict:
+    """P@k and PSP@k by slide.metrics, the same code and propensities for every system."""
+    from slide import metrics
+
+    scores = metrics.evaluate(top, test.labels, k=KS, propensities=props)
+    wanted = {f"P@{k}" for k in KS} | {f"PSP@{k}" for k in KS}
+    return {k: float(v) for k, v in scores.items() if k in wanted}
 
 
 def run_isolated(system: str, name: str, threads: int, python: str, timeout: float) -> dict:
     cmd = [python, str(Path(__file__).resolve()), "--worker", system, name, "--threads", str(threads)]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
+        # outside the checkout, so that an installed slide is imported, not the source folder
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                           cwd=tempfile.gettempdir())
     except subprocess.TimeoutExpired:
         return {"set": name, "system": system, "error": f"timed out after {timeout:.0f} s"}
     for line in reversed(p.stdout.splitlines()):

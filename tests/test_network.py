@@ -704,3 +704,11 @@ def test_lsh_layer_a_few_times_wider_than_its_active_set_keeps_up_with_dense():
     baseline = float((test.labels[:, most_frequent].toarray() > 0).mean())
     assert scores["dense"] > baseline + 0.3, (scores, baseline)
     assert scores["lsh"] >= scores["dense"] - 0.04, scores
+
+
+def test_time_budget_stops_training_and_says_so(data):
+    train, _ = data
+    net = small(epochs=10_000, time_budget=0.2)
+    hist = net.fit(train)
+    assert hist.stopped_by_budget and 0 < net.epoch < 10_000
+    assert net._train_seconds < 0.2 + 1.0   # stops within an epoch of the budget (epochs are short)
