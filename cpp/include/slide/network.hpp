@@ -8,42 +8,47 @@
 // visits only the weight rows the batch touched.
 //
 // Active sets of a hash-sampled output layer in training: the sample's labels; on a layer
-// more than twice as wide as its largest active set, the batch's other labels (in-batch
-// negatives, at most max_active); the hash candidates; then a random fill to min_active drawn from a stream
-// shared by the batch (so the batch shares its random negatives and touches few rows). The
-// fill neurons carry the sampled-softmax weight (unchosen neurons / fill size) in the
-// normaliser, so the loss estimates the full softmax loss.
+// more than kInBatchWidth times as wide as its largest active set, the batch's other labels
+// (in-batch negatives, at most max_active); the hash candidates; then a random fill to
+// min_active drawn from a stream shared by the batch (so the batch shares its random
+// negatives and touches few rows). The fill neurons carry the sampled-softmax weight
+// (unchosen neurons / fill size) in the normaliser, so the loss estimates the full softmax
+// loss (negatives.hpp).
 //
-// Networks without hash-sampled layers train a batch layer by layer instead (when their
-// first layer keeps records and the batch's activations fit kMaxBatchFloats, see
-// training_paths.hpp for the constants that choose a path): the samples'
-// layer-0 outputs are gathered into a batch matrix, and every later layer runs as matrix
-// products over the whole batch (forward, input gradient, then each weight row's gradient
-// formed and passed to Adam in the same pass), which reads each weight matrix a few times
-// per batch instead of a few times per sample.
+// Networks without hash-sampled layers train a batch layer by layer instead, when their
+// first layer keeps records and the batch's activations fit kMaxBatchFloats: every layer
+// after the first runs as matrix products over the whole batch.
 //
-// Gradients: hash-sampled layers and dense layers of at most kMaxRecordedWidth neurons never form a
-// gradient matrix. Each sample records its touched rows, their coefficients and one
-// vector (memory O(batch x active)); the optimizer groups the records by row and sums
-// them in batch order. Wider dense layers add into shared gradient buffers without
-// locks instead (HOGWILD, Recht et al., NeurIPS 2011).
+// Gradients: hash-sampled layers and dense layers of at most kMaxRecordedWidth neurons
+// never form a gradient matrix. Each sample records its touched rows, their coefficients
+// and one vector (memory O(batch x active)); the optimizer groups the records by row and
+// sums them in batch order. Wider dense layers add into shared gradient buffers without
+// locks instead (HOGWILD, Recht et al., NeurIPS 2011). training_paths.hpp states the
+// constants that choose these paths and what each decides.
 //
 // Determinism: with a fixed seed a run is bit-identical run to run and across a
 // checkpoint (all randomness comes from counter-based streams keyed by seed, step and
 // sample position). Networks without lock-free layers (every layer hash-sampled or at
-// most kMaxRecordedWidth wide) are bit-identical for any number of threads. Lock-free layers are
-// bit-identical with one thread; with several, racing float additions may be lost or
-// reordered, so results differ run to run while accuracy does not.
+// most kMaxRecordedWidth wide) are bit-identical for any number of threads. Lock-free
+// layers are bit-identical with one thread; with several, racing float additions may be
+// lost or reordered, so results differ run to run while accuracy does not.
 //
 // Thread safety: train_batch, set_step and rebuild_tables take an exclusive lock;
 // predict_topk, parameters and memory_report may run from several threads at once.
 //
-// Where each part lives (cpp/src/engine): spec.cpp (NetworkSpec: parsing, validation), layer.cpp (one layer's
-// arrays and initial weights), network.cpp (construction, table rebuild schedule),
-// negatives.cpp (in-batch negatives, forced labels, sampled-softmax weights),
-// hidden_layers.cpp and output_layer.cpp (the phases of one sample's step, sample_step.hpp),
-// trainer_sample.cpp (the per-sample HOGWILD trainer), trainer_batched.cpp (the batched dense
-// trainer), optimizer.cpp (fused sparse Adam), predict.cpp, state.cpp (checkpoint access).
+// Where each part lives (cpp/src/engine):
+//   spec.cpp            NetworkSpec: the one parser from key/value pairs, validation
+//   layer.cpp           one layer's arrays, gradient path and initial weights
+//   network.cpp         construction, input checks, the table rebuild schedule
+//   negatives.cpp       in-batch negatives, forced labels, sampled-softmax log-weights
+//   hidden_layers.cpp   phases 1 and 6b of a sample's step (sample_step.hpp)
+//   output_layer.cpp    phases 2-6a: selection, logits, softmax, backward, input gradient
+//   trainer_sample.cpp  the per-sample trainer (composes the phases; HOGWILD over samples)
+//   trainer_batched.cpp the batched dense trainer (matrix products over the batch)
+//   optimizer.cpp       fused sparse Adam over the touched rows (optimizer.hpp)
+//   predict.cpp         exact blocked, layer-wise and per-sample (LSH top-k) prediction
+//   state.cpp           what a checkpoint saves and restores; the memory report
+//   workspace.cpp       per-thread scratch (workspace.hpp)
 #pragma once
 
 #include <cstdint>
@@ -107,7 +112,7 @@ class Network {
 
   // Share of the training points that carry each label (output_dim values in [0, 1]), or
   // n == 0 to clear. A hash-sampled output layer uses it to weight the batch's labels when
-  // they serve as negatives (see train_sample); without it they are unweighted.
+  // they serve as negatives (negatives.hpp); without it they are unweighted.
   void set_label_frequencies(const float* freq, int64_t n);
   bool has_label_frequencies() const noexcept { return !label_freq_.empty(); }
 
@@ -119,6 +124,8 @@ class Network {
   std::vector<ParameterArray> parameters();
   MemoryReport memory_report() const;
 
+  // The validated spec the network runs (as given: a range_pow of 0 stays 0 here;
+  // spec_to_dict reports the derived value).
   const NetworkSpec& spec() const noexcept { return spec_; }
   int num_threads() const noexcept { return threads_; }
   uint64_t seed() const noexcept { return spec_.seed; }
@@ -127,7 +134,6 @@ class Network {
   const char* kernel_isa() const noexcept;
   // Step after which the next table rebuild happens (-1 when no layer uses LSH).
   int64_t next_rebuild() const noexcept { return next_rebuild_; }
-
 
  private:
   bool batched_for(int64_t b) const noexcept;
