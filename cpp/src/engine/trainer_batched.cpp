@@ -109,8 +109,7 @@ void softmax_cross_entropy(const BatchStep& s) {
       std::fill(d, d + out, 0.0f);
       continue;
     }
-    float mx = z[0];
-    for (int64_t j = 1; j < out; ++j) mx = std::max(mx, z[j]);
+    const float mx = max_value(z, out);
     const double sum = s.kr.exp_store(z, out, mx, d);
     const float scale = static_cast<float>(1.0 / sum) * s.inv_b;
     for (int64_t j = 0; j < out; ++j) d[j] *= scale;
