@@ -242,13 +242,11 @@ class Config:
             if lsh.max_active and lsh.min_active > lsh.max_active:
                 err(f"layers.{i}.lsh.min_active",
                     f"{lsh.min_active} is larger than max_active={lsh.max_active}")
-            if lsh.family == "simhash" and lsh.range_pow and lsh.range_pow > lsh.K:
+            bits = _lsh_code_bits(lsh)
+            if lsh.range_pow > bits:
+                what = "K" if lsh.family == "simhash" else f"K*log2(bin_size={WTA_BIN_SIZE})"
                 err(f"layers.{i}.lsh.range_pow",
-                    f"simhash gives K={lsh.K} bits per table, range_pow={lsh.range_pow} cannot exceed it")
-            if lsh.family in ("wta", "dwta") and lsh.range_pow > 3 * lsh.K:
-                # WTA codes are argmax positions in bins of 8 coordinates: 3 bits each.
-                err(f"layers.{i}.lsh.range_pow",
-                    f"{lsh.family} gives 3*K={3 * lsh.K} bits per table, range_pow={lsh.range_pow} cannot exceed it")
+                    f"{lsh.family} gives {what}={bits} bits per table, range_pow={lsh.range_pow} cannot exceed it")
             if i == 0 and layer.sampling == "lsh":
                 err(f"layers.{i}.sampling",
                     "lsh needs a dense hidden layer before it (the first layer reads the sparse input)")
@@ -273,6 +271,17 @@ class Config:
 
 
 # ---------------------------------------------------------------------- helpers
+
+# WTA/DWTA coordinates per hash code: fixed, not a configuration key (log2(8) = 3 bits a code).
+WTA_BIN_SIZE = 8
+
+
+def _lsh_code_bits(lsh: "LshConfig") -> int:
+    """Bits of code per table, from the engine's one rule (range_pow may not exceed it)."""
+    from . import _core
+
+    return int(_core.lsh_code_bits(lsh.family, int(lsh.K), WTA_BIN_SIZE))
+
 
 def _suggest(name: str, options) -> str:
     close = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)

@@ -31,7 +31,7 @@ from . import callbacks as _callbacks
 from . import memory as _memory
 from ._io import atomic_write
 from ._util import jsonable
-from .config import Config, ConfigError
+from .config import WTA_BIN_SIZE, Config, ConfigError
 from .scaling import idf_weights, normalize_rows
 
 __all__ = ["Network", "History", "FORMAT_VERSION", "choose_sampling"]
@@ -1062,13 +1062,15 @@ def _as_csr(X, what: str, dtype=np.float32) -> sp.csr_matrix:
 
 
 def _engine_spec(cfg: Config, num_features: int) -> Dict[str, Any]:
+    """Every value the engine takes, from the resolved config: the engine has no defaults and
+    requires each key (range_pow 0 is derived by the engine, once; Network.spec reports it)."""
     layers = []
     for layer in cfg.layers:
         lsh = layer.lsh
         layers.append({
             "size": int(layer.size), "activation": layer.activation, "sampling": layer.sampling,
             "family": lsh.family, "K": lsh.K, "L": lsh.L, "range_pow": lsh.range_pow,
-            "bucket_capacity": lsh.bucket_capacity, "bucket_policy": lsh.bucket_policy,
+            "bucket_capacity": lsh.bucket_capacity, "bucket_policy": lsh.bucket_policy, "bin_size": WTA_BIN_SIZE,
             "selection": lsh.selection, "threshold": lsh.threshold,
             "min_active": lsh.min_active, "max_active": lsh.max_active,
         })

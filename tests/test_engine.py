@@ -7,7 +7,27 @@ import time
 import numpy as np
 import pytest
 
-from slide._core import Network
+from slide._core import Network as CoreNetwork
+
+# The engine takes no defaults: every key of the spec is required (tests below check that).
+# The tests here state only what they vary; complete() fills the rest from these values.
+TOP_KEYS = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, dropout=0.0, threads=0, seed=0,
+                rebuild_first=50, rebuild_decay=0.1, hugepages=True)
+LAYER_KEYS = dict(activation="relu", sampling="dense", family="dwta", K=6, L=50, range_pow=0, bucket_capacity=128,
+                  bucket_policy="fifo", bin_size=8, selection="vanilla", threshold=2, min_active=1000,
+                  max_active=4000)
+
+
+def complete(spec):
+    """spec with every key the engine requires (input_dim, layers and sizes are left as given)."""
+    out = dict(TOP_KEYS, **spec)
+    if isinstance(spec.get("layers"), list):
+        out["layers"] = [dict(LAYER_KEYS, **l) if isinstance(l, dict) else l for l in spec["layers"]]
+    return out
+
+
+def Network(spec):
+    return CoreNetwork(complete(spec))
 
 
 # ---------------------------------------------------------------------- helpers
@@ -388,27 +408,51 @@ def test_bad_spec_raises_value_error_naming_the_key():
         ({k: v for k, v in good.items() if k != "input_dim"}, r"input_dim: missing"),
         (dict(good, input_dim=0), r"input_dim: must be >= 1"),
         (dict(good, input_dim="many"), r"input_dim: expected an integer"),
-        (dict(good, lr=-1.0), r"lr: must be > 0"),
-        (dict(good, dropout=1.0), r"dropout"),
-        (dict(good, beta1=1.0), r"beta1"),
+        (dict(good, lr=-1.0), r"optimizer\.lr: must be > 0"),
+        (dict(good, dropout=1.0), r"training\.dropout"),
+        (dict(good, beta1=1.0), r"optimizer\.betas: beta1"),
         (dict(good, learning_rate=0.1), r"learning_rate: unknown key"),
         (dict(good, layers=[]), r"layers: at least one"),
         (dict(good, layers=[dict(size=8, activation="softmax"), dict(size=4, activation="softmax")]),
-         r"layers\[0\]\.activation"),
-        (dict(good, layers=[dict(size=8), dict(size=4, activation="relu")]), r"layers\[1\]\.activation"),
+         r"layers\.0\.activation"),
+        (dict(good, layers=[dict(size=8), dict(size=4, activation="relu")]), r"layers\.1\.activation"),
         (dict(good, layers=[dict(size=8, sampling="lsh"), dict(size=4, activation="softmax")]),
-         r"layers\[0\]\.sampling: lsh is not allowed"),
-        (dict(good, layers=[dict(size=8), dict(activation="softmax")]), r"layers\[1\]\.size: missing"),
+         r"layers\.0\.sampling: lsh is not allowed"),
+        (dict(good, layers=[dict(size=8), dict(activation="softmax")]), r"layers\.1\.size: missing"),
         (dict(good, layers=[dict(size=8), dict(size=4, activation="softmax", family="md5")]),
-         r"layers\[1\]\.family: must be one of"),
+         r"layers\.1\.lsh\.family: must be one of"),
         (dict(good, layers=[dict(size=8), dict(size=4, activation="softmax", sampling="lsh", min_active=9,
-                                               max_active=3)]), r"layers\[1\]\.min_active"),
+                                               max_active=3)]), r"layers\.1\.lsh\.min_active"),
         (dict(good, layers=[dict(size=8), dict(size=4, activation="softmax", sampling="lsh", K=0)]),
-         r"layers\[1\]\.K"),
+         r"layers\.1\.lsh\.K"),
     ]
     for bad, msg in cases:
         with pytest.raises(ValueError, match=msg):
             Network(bad)
+
+
+def test_spec_without_any_one_key_is_an_error_naming_it():
+    full = complete(spec(sampling="lsh"))
+    CoreNetwork(full)
+    for key in full:
+        with pytest.raises(ValueError, match="missing required key '%s'" % key):
+            CoreNetwork({k: v for k, v in full.items() if k != key})
+    for key in full["layers"][1]:
+        layers = [full["layers"][0], {k: v for k, v in full["layers"][1].items() if k != key}]
+        with pytest.raises(ValueError, match=r"layers\.1\.(lsh\.)?%s: missing required key" % key):
+            CoreNetwork(dict(full, layers=layers))
+
+
+def test_spec_reports_back_what_it_was_given():
+    full = complete(spec(sampling="lsh", lr=0.25, dropout=0.125, out=dict(range_pow=5, min_active=7)))
+    got = CoreNetwork(full).spec
+    assert got["lr"] == 0.25 and got["dropout"] == 0.125
+    assert got["layers"][1]["min_active"] == 7 and got["layers"][1]["range_pow"] == 5
+    for k, v in full.items():
+        if k != "layers":
+            assert got[k] == pytest.approx(v), k
+    for given, back in zip(full["layers"], got["layers"]):
+        assert back == given
 
 
 def test_bad_batches_raise_value_error_before_training():

@@ -1,5 +1,5 @@
 // slide._core.LshIndex: hash families, tables and active-set selection exposed for tests and tools.
-// Type conversion and validation only; the algorithms live in cpp/src/hash.
+// Type conversion only; the checks and the algorithms live in the core (slide/lsh_index.hpp).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -10,6 +10,7 @@
 #include "bindings.hpp"
 #include "slide/common.hpp"
 #include "slide/hash.hpp"
+#include "slide/lsh_index.hpp"
 #include "slide/random.hpp"
 
 namespace py = pybind11;
@@ -33,76 +34,40 @@ FloatArray to_float_array(py::handle obj, const char* name, int ndim) {
   return f;
 }
 
-class LshIndex {
+// slide.LshIndex over the core's slide::LshIndex: converts arrays and names, releases the GIL.
+class PyLshIndex {
  public:
-  LshIndex(const std::string& family, int dim, int K, int L, int range_pow, int bucket_capacity,
-           const std::string& policy, uint64_t seed, int bin_size)
-      : seed_(seed) {
-    params_.family = slide::parse_hash_family(family);
-    params_.K = K;
-    params_.L = L;
-    params_.range_pow = range_pow;
-    params_.bucket_capacity = bucket_capacity;
-    params_.policy = slide::parse_bucket_policy(policy);
-    params_.bin_size = bin_size;
-    family_ = family;
-    hash_ = slide::HashFunction::create(params_, dim, seed);
-    tables_ = std::make_unique<slide::LshTables>(params_, 0);
-  }
+  PyLshIndex(const std::string& family, int dim, int K, int L, int range_pow, int bucket_capacity,
+             const std::string& policy, uint64_t seed, int bin_size)
+      : family_(family), index_(params(family, K, L, range_pow, bucket_capacity, policy, bin_size), dim, seed) {}
 
   py::array_t<uint32_t> hash(py::handle x_obj) const {
     FloatArray x = to_float_array(x_obj, "x", 1);
-    if (x.shape(0) != hash_->dim())
-      throw py::value_error("x has length " + std::to_string(x.shape(0)) + ", expected dim=" +
-                            std::to_string(hash_->dim()));
-    py::array_t<uint32_t> out(hash_->num_tables());
-    hash_->hash_dense(x.data(), out.mutable_data());
+    py::array_t<uint32_t> out(index_.params().L);
+    index_.hash(x.data(), x.shape(0), out.mutable_data());
     return out;
   }
 
   py::array_t<uint32_t> hash_batch(py::handle X_obj, int threads) const {
     FloatArray X = to_float_array(X_obj, "X", 2);
-    check_cols(X, "X");
-    if (threads < 0) throw py::value_error("threads must be >= 0, got " + std::to_string(threads));
-    const int64_t n = X.shape(0);
-    const int L = hash_->num_tables();
-    py::array_t<uint32_t> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(L)});
-    const float* xp = X.data();
+    const int64_t n = X.shape(0), cols = X.shape(1);
+    py::array_t<uint32_t> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(index_.params().L)});
     uint32_t* op = out.mutable_data();
-    const int dim = hash_->dim();
-    const slide::HashFunction& h = *hash_;
     {
       py::gil_scoped_release release;
-      const int nt = slide::resolve_threads(threads);
-#pragma omp parallel for num_threads(nt) schedule(static)
-      for (int64_t i = 0; i < n; ++i) h.hash_dense(xp + i * dim, op + i * L);
+      index_.hash_batch(X.data(), n, cols, threads, op);
     }
     return out;
   }
 
   void build(py::handle W_obj, int threads) {
     FloatArray W = to_float_array(W_obj, "W", 2);
-    check_cols(W, "W");
-    if (threads < 0) throw py::value_error("threads must be >= 0, got " + std::to_string(threads));
-    const int64_t n = W.shape(0);
-    if (n > 0x7FFFFFFF) throw py::value_error("W has too many rows for int32 item ids");
-    auto tables = std::make_unique<slide::LshTables>(params_, n);
-    {
-      py::gil_scoped_release release;
-      tables->build(*hash_, W.data(), n, hash_->dim(), threads, seed_);
-    }
-    tables_ = std::move(tables);
-    sampler_ = std::make_unique<slide::ActiveSetSampler>(n);
+    py::gil_scoped_release release;
+    index_.build(W.data(), W.shape(0), W.shape(1), threads);
   }
 
   py::array_t<int32_t> bucket(int t, int64_t id) const {
-    if (t < 0 || t >= hash_->num_tables())
-      throw py::value_error("table " + std::to_string(t) + " out of range 0.." +
-                            std::to_string(hash_->num_tables() - 1));
-    if (id < 0 || id >= (int64_t{1} << hash_->range_pow()))
-      throw py::value_error("bucket id " + std::to_string(id) + " out of range 0..2^" +
-                            std::to_string(hash_->range_pow()) + "-1");
-    const auto b = tables_->bucket(t, static_cast<uint32_t>(id));
+    const auto b = index_.bucket(t, id);
     py::array_t<int32_t> out(b.second);
     if (b.second > 0) std::copy(b.first, b.first + b.second, out.mutable_data());
     return out;
@@ -110,73 +75,59 @@ class LshIndex {
 
   py::array_t<int32_t> query(py::handle x_obj, py::object forced_obj, const std::string& selection,
                              int threshold, int min_active, int max_active, uint64_t seed) {
-    if (!sampler_) throw py::value_error("query() before build(): call build(W) first");
     FloatArray x = to_float_array(x_obj, "x", 1);
-    if (x.shape(0) != hash_->dim())
-      throw py::value_error("x has length " + std::to_string(x.shape(0)) + ", expected dim=" +
-                            std::to_string(hash_->dim()));
     slide::SelectionParams sp;
     sp.mode = slide::parse_selection(selection);
-    if (threshold < 1) throw py::value_error("threshold must be >= 1, got " + std::to_string(threshold));
-    if (min_active < 0) throw py::value_error("min_active must be >= 0, got " + std::to_string(min_active));
-    if (max_active < 0) throw py::value_error("max_active must be >= 0, got " + std::to_string(max_active));
     sp.threshold = threshold;
     sp.min_active = min_active;
     sp.max_active = max_active;
-    std::vector<int32_t> forced;
+    py::array_t<int64_t, py::array::c_style | py::array::forcecast> forced;
     if (!forced_obj.is_none()) {
       py::array f = py::array::ensure(forced_obj);
       if (!f || (f.dtype().kind() != 'i' && f.dtype().kind() != 'u') || f.ndim() != 1)
         throw py::value_error("forced must be a 1-d array of integer neuron ids");
-      auto fi = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(f);
-      const int64_t n = tables_->num_items();
-      for (py::ssize_t k = 0; k < fi.shape(0); ++k) {
-        const int64_t v = fi.data()[k];
-        if (v < 0 || v >= n)
-          throw py::value_error("forced id " + std::to_string(v) + " out of range 0.." + std::to_string(n - 1));
-        forced.push_back(static_cast<int32_t>(v));
-      }
+      forced = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(f);
     }
-    std::vector<uint32_t> buckets(hash_->num_tables());
-    hash_->hash_dense(x.data(), buckets.data());
-    slide::Rng rng(seed);
-    std::vector<int32_t> active;
-    sampler_->select(*tables_, buckets.data(), forced.data(), static_cast<int>(forced.size()), sp, rng, active);
+    const std::vector<int32_t> active =
+        index_.query(x.data(), x.shape(0), forced ? forced.data() : nullptr, forced ? forced.shape(0) : 0, sp, seed);
     py::array_t<int32_t> out(static_cast<py::ssize_t>(active.size()));
     std::copy(active.begin(), active.end(), out.mutable_data());
     return out;
   }
 
-  double occupancy() const { return tables_->occupancy(); }
-  size_t memory_bytes() const { return tables_->memory_bytes(); }
-  int64_t num_items() const { return tables_->num_items(); }
-  int dim() const { return hash_->dim(); }
-  int K() const { return params_.K; }
-  int L() const { return params_.L; }
-  int range_pow() const { return hash_->range_pow(); }
-  int bucket_capacity() const { return params_.bucket_capacity; }
-  int bin_size() const { return params_.bin_size; }
+  double occupancy() const { return index_.occupancy(); }
+  size_t memory_bytes() const { return index_.memory_bytes(); }
+  int64_t num_items() const { return index_.num_items(); }
+  int dim() const { return index_.dim(); }
+  int K() const { return index_.params().K; }
+  int L() const { return index_.params().L; }
+  int range_pow() const { return index_.range_pow(); }
+  int bucket_capacity() const { return index_.params().bucket_capacity; }
+  int bin_size() const { return index_.params().bin_size; }
   const std::string& family() const { return family_; }
 
  private:
-  void check_cols(const FloatArray& X, const char* name) const {
-    if (X.shape(1) != hash_->dim())
-      throw py::value_error(std::string(name) + " has " + std::to_string(X.shape(1)) + " columns, expected dim=" +
-                            std::to_string(hash_->dim()));
+  static slide::LshParams params(const std::string& family, int K, int L, int range_pow, int bucket_capacity,
+                                 const std::string& policy, int bin_size) {
+    slide::LshParams p;
+    p.family = slide::parse_hash_family(family);
+    p.K = K;
+    p.L = L;
+    p.range_pow = range_pow;
+    p.bucket_capacity = bucket_capacity;
+    p.policy = slide::parse_bucket_policy(policy);
+    p.bin_size = bin_size;
+    return p;
   }
 
-  slide::LshParams params_;
-  uint64_t seed_;
   std::string family_;
-  std::unique_ptr<slide::HashFunction> hash_;
-  std::unique_ptr<slide::LshTables> tables_;
-  std::unique_ptr<slide::ActiveSetSampler> sampler_;
+  slide::LshIndex index_;
 };
 
 }  // namespace
 
 void bind_hash(py::module_& m) {
-  py::class_<LshIndex>(m, "LshIndex",
+  py::class_<PyLshIndex>(m, "LshIndex",
                        "L locality-sensitive hash tables over the rows of a matrix, and active-set "
                        "queries against them.\n\nfamily: 'simhash' | 'wta' | 'dwta'; range_pow=0 picks "
                        "the family's default (SimHash: K bits; WTA/DWTA: min(K*log2(bin_size), 18)).\n"
@@ -185,25 +136,36 @@ void bind_hash(py::module_& m) {
            py::arg("family"), py::arg("dim"), py::arg("K"), py::arg("L"), py::arg("range_pow") = 0,
            py::arg("bucket_capacity") = 128, py::arg("policy") = "fifo", py::arg("seed") = 0,
            py::arg("bin_size") = 8)
-      .def("hash", &LshIndex::hash, py::arg("x"), "Bucket ids (uint32[L]) of a vector of length dim.")
-      .def("hash_batch", &LshIndex::hash_batch, py::arg("X"), py::arg("threads") = 1,
+      .def("hash", &PyLshIndex::hash, py::arg("x"), "Bucket ids (uint32[L]) of a vector of length dim.")
+      .def("hash_batch", &PyLshIndex::hash_batch, py::arg("X"), py::arg("threads") = 1,
            "Bucket ids (uint32[n, L]) of the rows of X.")
-      .def("build", &LshIndex::build, py::arg("W"), py::arg("threads") = 1,
+      .def("build", &PyLshIndex::build, py::arg("W"), py::arg("threads") = 1,
            "Rebuilds the tables from the rows of W (row i is item i); deterministic for the seed.")
-      .def("bucket", &LshIndex::bucket, py::arg("table"), py::arg("id"), "Items in one bucket (int32[]).")
-      .def("query", &LshIndex::query, py::arg("x"), py::arg("forced") = py::none(),
+      .def("bucket", &PyLshIndex::bucket, py::arg("table"), py::arg("id"), "Items in one bucket (int32[]).")
+      .def("query", &PyLshIndex::query, py::arg("x"), py::arg("forced") = py::none(),
            py::arg("selection") = "vanilla", py::arg("threshold") = 2, py::arg("min_active") = 0,
            py::arg("max_active") = 0, py::arg("seed") = 0,
            "Active set (int32[]): forced ids first, then bucket candidates by `selection`, then random "
            "fill to min_active, cut to max_active (forced ids always kept).")
-      .def("occupancy", &LshIndex::occupancy, "Mean fraction of the 2^range_pow buckets that are non-empty.")
-      .def("memory_bytes", &LshIndex::memory_bytes, "Bytes held by the tables.")
-      .def_property_readonly("num_items", &LshIndex::num_items)
-      .def_property_readonly("dim", &LshIndex::dim)
-      .def_property_readonly("K", &LshIndex::K)
-      .def_property_readonly("L", &LshIndex::L)
-      .def_property_readonly("range_pow", &LshIndex::range_pow)
-      .def_property_readonly("bucket_capacity", &LshIndex::bucket_capacity)
-      .def_property_readonly("bin_size", &LshIndex::bin_size)
-      .def_property_readonly("family", &LshIndex::family);
+      .def("occupancy", &PyLshIndex::occupancy, "Mean fraction of the 2^range_pow buckets that are non-empty.")
+      .def("memory_bytes", &PyLshIndex::memory_bytes, "Bytes held by the tables.")
+      .def_property_readonly("num_items", &PyLshIndex::num_items)
+      .def_property_readonly("dim", &PyLshIndex::dim)
+      .def_property_readonly("K", &PyLshIndex::K)
+      .def_property_readonly("L", &PyLshIndex::L)
+      .def_property_readonly("range_pow", &PyLshIndex::range_pow)
+      .def_property_readonly("bucket_capacity", &PyLshIndex::bucket_capacity)
+      .def_property_readonly("bin_size", &PyLshIndex::bin_size)
+      .def_property_readonly("family", &PyLshIndex::family);
+  m.def(
+      "lsh_code_bits",
+      [](const std::string& family, int K, int bin_size) {
+        slide::LshParams p{};
+        p.family = slide::parse_hash_family(family);
+        p.K = K;
+        p.bin_size = bin_size;
+        return slide::lsh_code_bits(p);
+      },
+      py::arg("family"), py::arg("K"), py::arg("bin_size"),
+      "Bits of code per table (SimHash: K; WTA/DWTA: K*log2(bin_size)); range_pow may not exceed it.");
 }

@@ -1,5 +1,5 @@
-// slide._core.Network: converts the spec dict and numpy arrays, checks inputs while
-// holding the GIL, then releases it for the engine (cpp/src/engine/network.cpp).
+// slide._core.Network: converts the spec dict (parsed by the core, network_spec.hpp) and
+// numpy arrays, checks inputs while holding the GIL, then releases it for the engine.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -31,106 +31,83 @@ void reject_unknown(const py::dict& d, const std::set<std::string>& known, const
   }
 }
 
-int64_t get_int(const py::dict& d, const char* k, const std::string& where, int64_t def, bool required) {
-  if (!d.contains(k)) {
-    if (required) bad(where, "missing required key");
-    return def;
+// One Python value as the core's SpecValue: type conversion only (the core checks keys,
+// types and ranges, and names the key in its messages).
+slide::SpecValue spec_value(const py::handle& v) {
+  slide::SpecValue out;
+  out.type_name = type_name(v);
+  out.repr = py::repr(v);
+  if (py::isinstance<py::bool_>(v)) {
+    out.kind = slide::SpecValue::Kind::Bool;
+    out.b = v.cast<bool>();
+  } else if (PyIndex_Check(v.ptr())) {
+    py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+    if (overflow == 0) {
+      out.kind = slide::SpecValue::Kind::Int;
+      out.i = static_cast<int64_t>(x);
+    }
+  } else if (py::isinstance<py::str>(v)) {
+    out.kind = slide::SpecValue::Kind::String;
+    out.s = v.cast<std::string>();
+  } else if (PyFloat_Check(v.ptr()) || py::hasattr(v, "__float__")) {
+    out.kind = slide::SpecValue::Kind::Float;
+    out.f = py::float_(py::reinterpret_borrow<py::object>(v)).cast<double>();
   }
-  py::object v = d[k];
-  if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()))
-    bad(where, "expected an integer, got " + type_name(v) + " " + std::string(py::repr(v)));
-  return v.cast<int64_t>();
+  return out;
 }
 
-double get_float(const py::dict& d, const char* k, const std::string& where, double def) {
-  if (!d.contains(k)) return def;
-  py::object v = d[k];
-  if (py::isinstance<py::bool_>(v) || !(PyFloat_Check(v.ptr()) || PyIndex_Check(v.ptr()) ||
-                                        py::hasattr(v, "__float__")) || py::isinstance<py::str>(v))
-    bad(where, "expected a number, got " + type_name(v) + " " + std::string(py::repr(v)));
-  return py::float_(v).cast<double>();
-}
-
-bool get_bool(const py::dict& d, const char* k, const std::string& where, bool def) {
-  if (!d.contains(k)) return def;
-  py::object v = d[k];
-  if (!py::isinstance<py::bool_>(v)) bad(where, "expected true or false, got " + std::string(py::repr(v)));
-  return v.cast<bool>();
-}
-
-std::string get_choice(const py::dict& d, const char* k, const std::string& where, const std::string& def,
-                       std::initializer_list<const char*> choices) {
-  if (!d.contains(k)) return def;
-  py::object v = d[k];
-  std::string list;
-  for (const char* c : choices) list += (list.empty() ? "" : ", ") + std::string(c);
-  if (!py::isinstance<py::str>(v)) bad(where, "expected one of " + list + ", got " + std::string(py::repr(v)));
-  std::string s = v.cast<std::string>();
-  for (const char* c : choices)
-    if (s == c) return s;
-  bad(where, "must be one of " + list + "; got '" + s + "'");
+slide::SpecDict spec_dict(const py::dict& d, const std::string& where) {
+  slide::SpecDict out;
+  for (auto item : d) {
+    if (!py::isinstance<py::str>(item.first)) bad(where, "keys must be strings, got " + std::string(py::repr(item.first)));
+    out[item.first.cast<std::string>()] = spec_value(item.second);
+  }
+  return out;
 }
 
 slide::NetworkSpec spec_from_dict(const py::dict& d) {
-  reject_unknown(d,
-                 {"input_dim", "layers", "lr", "beta1", "beta2", "eps", "weight_decay", "dropout", "threads", "seed",
-                  "rebuild_first", "rebuild_decay", "hugepages"},
-                 "");
-  slide::NetworkSpec s;
-  s.input_dim = get_int(d, "input_dim", "input_dim", 0, true);
-  if (!d.contains("layers")) bad("layers", "missing required key");
-  py::object layers = d["layers"];
-  if (!py::isinstance<py::list>(layers) && !py::isinstance<py::tuple>(layers))
-    bad("layers", "expected a list of layer dicts, got " + type_name(layers));
-  int i = 0;
-  for (py::handle h : layers) {
-    const std::string p = "layers[" + std::to_string(i) + "].";
-    if (!py::isinstance<py::dict>(h)) bad("layers[" + std::to_string(i) + "]", "expected a dict, got " + type_name(h));
-    py::dict ld = py::reinterpret_borrow<py::dict>(h);
-    reject_unknown(ld,
-                   {"size", "activation", "sampling", "family", "K", "L", "range_pow", "bucket_capacity",
-                    "bucket_policy", "selection", "threshold", "min_active", "max_active", "bin_size"},
-                   p);
-    slide::LayerSpec l;
-    l.size = get_int(ld, "size", p + "size", 0, true);
-    const std::string act = get_choice(ld, "activation", p + "activation", "relu", {"relu", "linear", "softmax"});
-    l.activation = act == "relu" ? slide::Activation::ReLU
-                   : act == "linear" ? slide::Activation::Linear : slide::Activation::Softmax;
-    l.sampling = get_choice(ld, "sampling", p + "sampling", "dense", {"dense", "lsh"}) == "lsh" ? slide::Sampling::Lsh
-                                                                                         : slide::Sampling::Dense;
-    const std::string fam = get_choice(ld, "family", p + "family", "dwta", {"simhash", "wta", "dwta"});
-    l.lsh.family = fam == "simhash" ? slide::HashFamily::SimHash
-                   : fam == "wta"   ? slide::HashFamily::WTA : slide::HashFamily::DWTA;
-    l.lsh.K = static_cast<int>(get_int(ld, "K", p + "K", 6, false));
-    l.lsh.L = static_cast<int>(get_int(ld, "L", p + "L", 50, false));
-    l.lsh.range_pow = static_cast<int>(get_int(ld, "range_pow", p + "range_pow", 0, false));
-    l.lsh.bucket_capacity = static_cast<int>(get_int(ld, "bucket_capacity", p + "bucket_capacity", 128, false));
-    l.lsh.bin_size = static_cast<int>(get_int(ld, "bin_size", p + "bin_size", 8, false));
-    l.lsh.policy = get_choice(ld, "bucket_policy", p + "bucket_policy", "fifo", {"fifo", "reservoir"}) == "reservoir"
-                       ? slide::BucketPolicy::Reservoir : slide::BucketPolicy::FIFO;
-    const std::string sel = get_choice(ld, "selection", p + "selection", "vanilla", {"vanilla", "topk", "threshold"});
-    l.selection.mode = sel == "topk" ? slide::Selection::TopK
-                       : sel == "threshold" ? slide::Selection::Threshold : slide::Selection::Vanilla;
-    l.selection.threshold = static_cast<int>(get_int(ld, "threshold", p + "threshold", 2, false));
-    l.selection.min_active = static_cast<int>(get_int(ld, "min_active", p + "min_active", 1000, false));
-    l.selection.max_active = static_cast<int>(get_int(ld, "max_active", p + "max_active", 4000, false));
-    s.layers.push_back(l);
-    ++i;
+  std::vector<slide::SpecDict> layers;
+  const bool has_layers = d.contains("layers");
+  if (has_layers) {
+    py::object list = d["layers"];
+    if (!py::isinstance<py::list>(list) && !py::isinstance<py::tuple>(list))
+      bad("layers", "expected a list of layer dicts, got " + type_name(list));
+    int i = 0;
+    for (py::handle h : list) {
+      const std::string where = "layers." + std::to_string(i++);
+      if (!py::isinstance<py::dict>(h)) bad(where, "expected a dict, got " + type_name(h));
+      layers.push_back(spec_dict(py::reinterpret_borrow<py::dict>(h), where));
+    }
   }
-  s.lr = static_cast<float>(get_float(d, "lr", "lr", 1e-3));
-  s.adam.beta1 = static_cast<float>(get_float(d, "beta1", "beta1", 0.9));
-  s.adam.beta2 = static_cast<float>(get_float(d, "beta2", "beta2", 0.999));
-  s.adam.eps = static_cast<float>(get_float(d, "eps", "eps", 1e-8));
-  s.adam.weight_decay = static_cast<float>(get_float(d, "weight_decay", "weight_decay", 0.0));
-  s.dropout = static_cast<float>(get_float(d, "dropout", "dropout", 0.0));
-  s.threads = static_cast<int>(get_int(d, "threads", "threads", 0, false));
-  const int64_t seed = get_int(d, "seed", "seed", 0, false);
-  if (seed < 0) bad("seed", "must be >= 0, got " + std::to_string(seed));
-  s.seed = static_cast<uint64_t>(seed);
-  s.rebuild_first = get_int(d, "rebuild_first", "rebuild_first", 50, false);
-  s.rebuild_decay = get_float(d, "rebuild_decay", "rebuild_decay", 0.1);
-  s.hugepages = get_bool(d, "hugepages", "hugepages", true);
-  return s;
+  slide::SpecDict top = spec_dict(d, "spec");
+  top.erase("layers");
+  return slide::parse_network_spec(top, has_layers, layers);
+}
+
+py::object py_value(const slide::SpecValue& v) {
+  switch (v.kind) {
+    case slide::SpecValue::Kind::Int: return py::int_(v.i);
+    case slide::SpecValue::Kind::Float: return py::float_(v.f);
+    case slide::SpecValue::Kind::Bool: return py::bool_(v.b);
+    case slide::SpecValue::Kind::String: return py::str(v.s);
+    default: return py::none();
+  }
+}
+
+py::dict spec_to_py(const slide::NetworkSpec& spec) {
+  const auto dicts = slide::spec_to_dict(spec);
+  py::dict top;
+  for (const auto& kv : dicts.first) top[py::str(kv.first)] = py_value(kv.second);
+  py::list layers;
+  for (const auto& l : dicts.second) {
+    py::dict d;
+    for (const auto& kv : l) d[py::str(kv.first)] = py_value(kv.second);
+    layers.append(d);
+  }
+  top["layers"] = layers;
+  return top;
 }
 
 const char* dtype_name_of(char kind, int size) {
@@ -296,6 +273,10 @@ run from several Python threads at once.)doc")
             return d;
           },
           "Bytes per component and the arrays that got transparent hugepages.")
+      .def_property_readonly(
+          "spec", [](const Network& n) { return spec_to_py(n.spec()); },
+          "The specification the engine runs, as a dict of the keys Network(spec) takes (range_pow "
+          "resolved to the value the hash tables use).")
       .def_property_readonly("num_threads", &Network::num_threads)
       .def_property_readonly("seed", &Network::seed)
       .def_property_readonly("kernel_isa", [](const Network& n) { return std::string(n.kernel_isa()); })
@@ -330,7 +311,11 @@ run from several Python threads at once.)doc")
           [](Network& n, int layer, const py::dict& d) {
             reject_unknown(d, {"num_rows", "table_offsets", "bucket_ids", "bucket_offsets", "items"}, "");
             slide::LshTablesState s;
-            s.num_rows = get_int(d, "num_rows", "num_rows", 0, true);
+            if (!d.contains("num_rows")) bad("num_rows", "missing from the hash table state");
+            const py::object rows = d["num_rows"];
+            if (py::isinstance<py::bool_>(rows) || !PyIndex_Check(rows.ptr()))
+              bad("num_rows", "expected an integer, got " + type_name(rows) + " " + std::string(py::repr(rows)));
+            s.num_rows = rows.cast<int64_t>();
             s.table_offsets = vector_1d<int64_t>(d, "table_offsets", "int64");
             s.bucket_ids = vector_1d<uint32_t>(d, "bucket_ids", "uint32");
             s.bucket_offsets = vector_1d<int64_t>(d, "bucket_offsets", "int64");

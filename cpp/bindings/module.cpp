@@ -63,17 +63,7 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "_matmul",
       [](Matrix a, Matrix b, bool transpose_a, bool transpose_b, const std::string& isa) {
-        slide::CpuFeatures f = slide::cpu_features();
-        if (isa == "generic") {
-          f = slide::CpuFeatures{};
-        } else if (isa == "avx2") {
-          if (!(f.avx2 && f.fma)) throw slide::InvalidArgument("isa: this CPU has no AVX2+FMA");
-          f.avx512f = false;
-        } else if (isa == "avx512") {
-          if (!f.avx512f) throw slide::InvalidArgument("isa: this CPU has no AVX-512F");
-        } else {
-          throw slide::InvalidArgument("isa: must be generic, avx2 or avx512, got '" + isa + "'");
-        }
+        const slide::CpuFeatures f = slide::cap_features(slide::cpu_features(), isa, true);
         if (a.ndim() != 2 || b.ndim() != 2) throw slide::InvalidArgument("a and b must be 2-d");
         if (transpose_a && transpose_b) throw slide::InvalidArgument("transpose_a and transpose_b: one at most");
         const int64_t m = transpose_a ? a.shape(1) : a.shape(0), k = transpose_a ? a.shape(0) : a.shape(1);

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "slide/common.hpp"
+
 namespace slide {
 
 namespace {
@@ -17,14 +19,26 @@ CpuFeatures detect() noexcept {
 #endif
 #endif
   // SLIDE_ISA=generic|avx2 caps the kernels (for testing the portable paths).
-  if (const char* cap = std::getenv("SLIDE_ISA")) {
-    std::string c(cap);
-    if (c == "generic") f = CpuFeatures{};
-    if (c == "avx2") { f.avx512f = false; f.avx512bf16 = false; }
-  }
+  if (const char* cap = std::getenv("SLIDE_ISA")) f = cap_features(f, cap, false);
   return f;
 }
 }  // namespace
+
+CpuFeatures cap_features(CpuFeatures f, const std::string& isa, bool strict) {
+  if (isa == "generic") return CpuFeatures{};
+  if (isa == "avx2") {
+    if (strict && !(f.avx2 && f.fma)) throw InvalidArgument("isa: this CPU has no AVX2+FMA");
+    f.avx512f = false;
+    f.avx512bf16 = false;
+    return f;
+  }
+  if (isa == "avx512") {
+    if (strict && !f.avx512f) throw InvalidArgument("isa: this CPU has no AVX-512F");
+    return f;
+  }
+  if (strict) throw InvalidArgument("isa: must be generic, avx2 or avx512, got '" + isa + "'");
+  return f;
+}
 
 const CpuFeatures& cpu_features() noexcept {
   static const CpuFeatures features = detect();

@@ -24,6 +24,8 @@
 #include <string_view>
 #include <vector>
 
+#include "slide/csr.hpp"
+
 namespace slide {
 
 // Allocator whose value-construction leaves trivially constructible elements
@@ -96,15 +98,9 @@ LoadedData read_dataset(const std::string& path, const ReadOptions& options);
 // Same parser over text already in memory; `name` stands for the path in messages.
 LoadedData parse_dataset(std::string_view text, const std::string& name, const ReadOptions& options);
 
-// Read-only view of CSR arrays for the writer and the checks below.
-struct CsrView {
-  const int64_t* indptr = nullptr;  // rows + 1 entries
-  const int32_t* indices = nullptr;
-  const float* values = nullptr;  // may be null for labels
-};
-
-// Writes the XC text format. Values use the shortest decimal form that reads
-// back to the same float32, so read_dataset(write_xc(d)) reproduces d exactly.
+// Writes the XC text format (num_points rows; the views' n and nnz are not used). Values
+// use the shortest decimal form that reads back to the same float32, so
+// read_dataset(write_xc(d)) reproduces d exactly.
 // Throws InvalidArgument for a non-finite value, Error when the file cannot be
 // written. The CSR must already be valid (see check_csr).
 void write_xc(const std::string& path, int64_t num_points, int64_t num_features, int64_t num_labels,

@@ -32,15 +32,21 @@ HashFamily parse_hash_family(const std::string& name);        // throws InvalidA
 BucketPolicy parse_bucket_policy(const std::string& name);    // throws InvalidArgument
 Selection parse_selection(const std::string& name);           // throws InvalidArgument
 
+// No field has a default of its own: a network takes every value from its resolved
+// configuration (network_spec.hpp), a direct user sets each one.
 struct LshParams {
-  HashFamily family = HashFamily::DWTA;
-  int K = 6;                 // codes combined per table
-  int L = 50;                // tables
-  int range_pow = 0;         // bits per bucket id; 0 = derived from family and K (see effective_range_pow)
-  int bucket_capacity = 128; // neurons kept per bucket
-  BucketPolicy policy = BucketPolicy::FIFO;
-  int bin_size = 8;          // WTA/DWTA: coordinates per code (power of two, 2..256); log2(bin_size) bits per code
+  HashFamily family{};
+  int K{};                // codes combined per table
+  int L{};                // tables
+  int range_pow{};        // bits per bucket id; 0 = derived from family and K (see effective_range_pow)
+  int bucket_capacity{};  // neurons kept per bucket
+  BucketPolicy policy{};
+  int bin_size{};         // WTA/DWTA: coordinates per code (power of two, 2..256); log2(bin_size) bits per code
 };
+
+// Bits of code a table's K codes carry: K for SimHash, K * log2(bin_size) for WTA/DWTA.
+// range_pow may not exceed it. Throws InvalidArgument for a bin_size that is not a power of two.
+int lsh_code_bits(const LshParams& p);
 
 // The range_pow actually used for these parameters (resolves 0 to the family's natural size):
 // SimHash: min(K, 30) bits; WTA/DWTA: min(K * log2(bin_size), 18) bits. An explicit range_pow
@@ -122,11 +128,12 @@ class LshTables {
   std::unique_ptr<Impl> impl_;
 };
 
+// No defaults of its own either (see LshParams).
 struct SelectionParams {
-  Selection mode = Selection::Vanilla;
-  int threshold = 2;     // Threshold: minimum number of tables a neuron must appear in
-  int min_active = 0;    // random neurons fill up to this many
-  int max_active = 0;    // cut to this many (forced neurons always kept); 0 = no limit
+  Selection mode{};
+  int threshold{};   // Threshold: minimum number of tables a neuron must appear in
+  int min_active{};  // random neurons fill up to this many
+  int max_active{};  // cut to this many (forced neurons always kept); 0 = no limit
 };
 
 // Builds active sets. One per thread (holds O(num_items) scratch, reused across calls).
@@ -140,6 +147,12 @@ class ActiveSetSampler {
   // truncated to max_active. No duplicates. `rng` drives reservoir/random choices.
   void select(const LshTables& tables, const uint32_t* buckets, const int32_t* forced, int n_forced,
               const SelectionParams& params, Rng& rng, std::vector<int32_t>& active);
+  // The same within the neurons [begin, end) only (a shard of a layer): forced neurons must
+  // lie in it, bucket candidates outside it are skipped, the cap and the fill count within
+  // it and the fill is drawn from it. [0, num_items) gives exactly the call above.
+  void select(const LshTables& tables, const uint32_t* buckets, const int32_t* forced, int n_forced,
+              const SelectionParams& params, Rng& rng, std::vector<int32_t>& active, int64_t begin,
+              int64_t end);
   // How many neurons the last select() added by the random fill: they are the last entries of
   // `active`, drawn uniformly from the neurons not chosen before them.
   int64_t filled() const noexcept;

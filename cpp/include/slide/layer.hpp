@@ -20,10 +20,11 @@ namespace slide {
 enum class Activation { ReLU, Linear, Softmax };
 enum class Sampling { Dense, Lsh };
 
+// One layer of a NetworkSpec (network_spec.hpp); no defaults of its own.
 struct LayerSpec {
-  int64_t size = 0;
-  Activation activation = Activation::ReLU;
-  Sampling sampling = Sampling::Dense;
+  int64_t size{};
+  Activation activation{};
+  Sampling sampling{};
   LshParams lsh;             // used when sampling == Lsh
   SelectionParams selection; // used when sampling == Lsh
 };
@@ -64,5 +65,17 @@ struct Layer {
 
   bool lsh() const noexcept { return spec.sampling == Sampling::Lsh; }
 };
+
+// Sets up layer `index` of a network for `spec` reading `in_dim` inputs: shapes, every
+// array (zeroed; transparent hugepages asked for when `hugepages`), the gradient path
+// (records or lock-free buffers, see training_paths.hpp) and, for a hash-sampled layer,
+// its hash function (seeded by hash_seed) and empty tables. Weights are set by init_weights.
+void allocate_layer(Layer& L, const LayerSpec& spec, int index, int64_t in_dim, bool hugepages,
+                    uint64_t hash_seed);
+
+// Glorot-normal weights (Glorot & Bengio, AISTATS 2010), std = sqrt(2 / (fan_in + fan_out)),
+// biases left at zero. Each block of rows draws from its own stream of `seed`, so the result
+// does not depend on num_threads.
+void init_weights(Layer& L, uint64_t seed, int num_threads);
 
 }  // namespace slide

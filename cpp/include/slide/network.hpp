@@ -8,34 +8,47 @@
 // visits only the weight rows the batch touched.
 //
 // Active sets of a hash-sampled output layer in training: the sample's labels; on a layer
-// more than twice as wide as its largest active set, the batch's other labels (in-batch
-// negatives, at most max_active); the hash candidates; then a random fill to min_active drawn from a stream
-// shared by the batch (so the batch shares its random negatives and touches few rows). The
-// fill neurons carry the sampled-softmax weight (unchosen neurons / fill size) in the
-// normaliser, so the loss estimates the full softmax loss.
+// more than kInBatchWidth times as wide as its largest active set, the batch's other labels
+// (in-batch negatives, at most max_active); the hash candidates; then a random fill to
+// min_active drawn from a stream shared by the batch (so the batch shares its random
+// negatives and touches few rows). The fill neurons carry the sampled-softmax weight
+// (unchosen neurons / fill size) in the normaliser, so the loss estimates the full softmax
+// loss (negatives.hpp).
 //
-// Networks without hash-sampled layers train a batch layer by layer instead (when their
-// first layer keeps records and the batch's activations fit kMaxBatchFloats): the samples'
-// layer-0 outputs are gathered into a batch matrix, and every later layer runs as matrix
-// products over the whole batch (forward, input gradient, then each weight row's gradient
-// formed and passed to Adam in the same pass), which reads each weight matrix a few times
-// per batch instead of a few times per sample.
+// Networks without hash-sampled layers train a batch layer by layer instead, when their
+// first layer keeps records and the batch's activations fit kMaxBatchFloats: every layer
+// after the first runs as matrix products over the whole batch.
 //
-// Gradients: hash-sampled layers and dense layers of at most 4096 neurons never form a
-// gradient matrix. Each sample records its touched rows, their coefficients and one
-// vector (memory O(batch x active)); the optimizer groups the records by row and sums
-// them in batch order. Wider dense layers add into shared gradient buffers without
-// locks instead (HOGWILD, Recht et al., NeurIPS 2011).
+// Gradients: hash-sampled layers and dense layers of at most kMaxRecordedWidth neurons
+// never form a gradient matrix. Each sample records its touched rows, their coefficients
+// and one vector (memory O(batch x active)); the optimizer groups the records by row and
+// sums them in batch order. Wider dense layers add into shared gradient buffers without
+// locks instead (HOGWILD, Recht et al., NeurIPS 2011). training_paths.hpp states the
+// constants that choose these paths and what each decides.
 //
 // Determinism: with a fixed seed a run is bit-identical run to run and across a
 // checkpoint (all randomness comes from counter-based streams keyed by seed, step and
 // sample position). Networks without lock-free layers (every layer hash-sampled or at
-// most 4096 wide) are bit-identical for any number of threads. Lock-free layers are
-// bit-identical with one thread; with several, racing float additions may be lost or
-// reordered, so results differ run to run while accuracy does not.
+// most kMaxRecordedWidth wide) are bit-identical for any number of threads. Lock-free
+// layers are bit-identical with one thread; with several, racing float additions may be
+// lost or reordered, so results differ run to run while accuracy does not.
 //
 // Thread safety: train_batch, set_step and rebuild_tables take an exclusive lock;
 // predict_topk, parameters and memory_report may run from several threads at once.
+//
+// Where each part lives (cpp/src/engine):
+//   spec.cpp            NetworkSpec: the one parser from key/value pairs, validation
+//   layer.cpp           one layer's arrays, gradient path and initial weights
+//   network.cpp         construction, input checks, the table rebuild schedule
+//   negatives.cpp       in-batch negatives, forced labels, sampled-softmax log-weights
+//   hidden_layers.cpp   phases 1 and 6b of a sample's step (sample_step.hpp)
+//   output_layer.cpp    phases 2-6a: selection, logits, softmax, backward, input gradient
+//   trainer_sample.cpp  the per-sample trainer (composes the phases; HOGWILD over samples)
+//   trainer_batched.cpp the batched dense trainer (matrix products over the batch)
+//   optimizer.cpp       fused sparse Adam over the touched rows (optimizer.hpp)
+//   predict.cpp         exact blocked, layer-wise and per-sample (LSH top-k) prediction
+//   state.cpp           what a checkpoint saves and restores; the memory report
+//   workspace.cpp       per-thread scratch (workspace.hpp)
 #pragma once
 
 #include <cstdint>
@@ -44,34 +57,17 @@
 #include <string>
 #include <vector>
 
+#include "slide/csr.hpp"
 #include "slide/layer.hpp"
+#include "slide/negatives.hpp"
+#include "slide/network_spec.hpp"
 #include "slide/optimizer.hpp"
+#include "slide/training_paths.hpp"
+#include "slide/workspace.hpp"
 
 namespace slide {
 
-struct NetworkSpec {
-  int64_t input_dim = 0;
-  std::vector<LayerSpec> layers;  // the last one is the softmax output layer
-  AdamParams adam;
-  float lr = 1e-3f;               // default learning rate (train_batch takes its own)
-  float dropout = 0.0f;           // on hidden layer outputs, training only
-  int threads = 0;                // 0 = all cores
-  uint64_t seed = 0;
-  int64_t rebuild_first = 50;     // first table rebuild after this many batches
-  double rebuild_decay = 0.1;     // later gaps grow by exp(rebuild_decay) each time
-  bool hugepages = true;
-  // Throws InvalidArgument naming the offending key (e.g. "layers[1].sampling").
-  void validate() const;
-};
-
-// Borrowed CSR arrays (n rows). Values may be null for labels.
-struct CsrView {
-  const int64_t* indptr = nullptr;  // n + 1 entries
-  const int32_t* indices = nullptr; // nnz entries
-  const float* values = nullptr;    // nnz entries (features only)
-  int64_t n = 0;
-  int64_t nnz = 0;
-};
+struct BatchMatrices;  // activations of a batch for the batched dense path (trainer_batched.cpp)
 
 struct MemoryReport {
   size_t weights = 0;    // weights and biases
@@ -116,7 +112,7 @@ class Network {
 
   // Share of the training points that carry each label (output_dim values in [0, 1]), or
   // n == 0 to clear. A hash-sampled output layer uses it to weight the batch's labels when
-  // they serve as negatives (see train_sample); without it they are unweighted.
+  // they serve as negatives (negatives.hpp); without it they are unweighted.
   void set_label_frequencies(const float* freq, int64_t n);
   bool has_label_frequencies() const noexcept { return !label_freq_.empty(); }
 
@@ -128,6 +124,8 @@ class Network {
   std::vector<ParameterArray> parameters();
   MemoryReport memory_report() const;
 
+  // The validated spec the network runs (as given: a range_pow of 0 stays 0 here;
+  // spec_to_dict reports the derived value).
   const NetworkSpec& spec() const noexcept { return spec_; }
   int num_threads() const noexcept { return threads_; }
   uint64_t seed() const noexcept { return spec_.seed; }
@@ -137,31 +135,25 @@ class Network {
   // Step after which the next table rebuild happens (-1 when no layer uses LSH).
   int64_t next_rebuild() const noexcept { return next_rebuild_; }
 
-  struct Workspace;     // per-thread scratch, defined in network.cpp
-  struct SampleRecord;  // per-sample gradient record of a batch, defined in network.cpp
-  struct BatchMatrices; // activations of a batch for the layer-by-layer path, network.cpp
-
  private:
-  void init_weights();
   bool batched_for(int64_t b) const noexcept;
+  float train_batch_samples(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
   float train_batch_layerwise(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
   void predict_exact_blocked(const CsrView& x, int k, int32_t* labels, float* scores) const;
   void predict_layerwise(const CsrView& x, int k, int32_t* labels, float* scores) const;
+  void predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* labels, float* scores) const;
   void rebuild_tables_locked();
   int64_t schedule_after(int64_t step) const;
-  void discard_gradients();
-  void apply_adam(float lr, int64_t t, int64_t b);
-  void apply_adam_records(Layer& L, int64_t b, const AdamStep& sw, const AdamStep& sb);
+  void ensure_records(int64_t b);
+  void finish_step(int64_t t);
 
   NetworkSpec spec_;
   int threads_ = 1;
   std::vector<Layer> layers_;
-  std::vector<std::unique_ptr<Workspace>> workspaces_;
+  std::vector<std::unique_ptr<SampleWorkspace>> workspaces_;  // one per thread
   std::vector<std::unique_ptr<SampleRecord>> records_;  // one per batch position, reused
   std::vector<const float*> vec_ptrs_;                  // optimizer scratch
-  std::vector<int32_t> batch_labels_;                   // train_batch scratch: the batch's labels
-  std::vector<int32_t> batch_occurrences_;              // train_batch scratch: label occurrences
-  std::vector<float> batch_q_;                          // train_batch scratch: their inclusion chances
+  BatchNegatives negatives_;                            // train_batch scratch: the batch's labels
   std::vector<float> label_freq_;                       // share of training points per label, or empty
   int64_t sample_work_ = 0;  // estimated multiply-adds per sample
   int64_t step_ = 0;

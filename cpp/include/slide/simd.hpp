@@ -9,19 +9,9 @@
 #include <cstdint>
 
 #include "slide/cpu.hpp"
+#include "slide/optimizer.hpp"  // AdamStep
 
 namespace slide {
-
-// One fused Adam step (Kingma & Ba, ICLR 2015) with decoupled weight decay
-// (Loshchilov & Hutter, ICLR 2019), bias correction folded into lr_t:
-//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
-//   w -= lr_t m / (sqrt(v) + eps) + decay w;  g = 0
-struct AdamStep {
-  float beta1, beta2;
-  float lr_t;   // lr * sqrt(1 - beta2^t) / (1 - beta1^t)
-  float eps;    // eps * sqrt(1 - beta2^t): keeps eps in the units of the uncorrected v
-  float decay;  // lr * weight_decay (0 for biases)
-};
 
 struct Kernels {
   // sum_i a[i] b[i]
@@ -37,7 +27,7 @@ struct Kernels {
   double (*exp_sum)(const float* z, int64_t n, float m);
   // out[i] = exp(z[i] - m) for z[i] <= m; returns their sum (out may be z).
   double (*exp_store)(const float* z, int64_t n, float m, float* out);
-  // Fused Adam over one row; reads and zeroes the gradient g.
+  // Fused Adam over one row (optimizer.hpp: adam_row_reference); reads and zeroes g.
   void (*adam)(float* w, float* m, float* v, float* g, int64_t n, const AdamStep& s);
   // Matrix products of the batched dense layers (row-major, C overwritten):
   // matmul:    C[i][j] = sum_p A[i*a_rs + p*a_cs] * B[p*ldb + j], i < m, j < n, p < k

@@ -62,11 +62,21 @@ ActiveSetSampler::ActiveSetSampler(ActiveSetSampler&&) noexcept = default;
 void ActiveSetSampler::select(const LshTables& tables, const uint32_t* buckets, const int32_t* forced,
                               int n_forced, const SelectionParams& params, Rng& rng,
                               std::vector<int32_t>& active) {
+  select(tables, buckets, forced, n_forced, params, rng, active, 0, impl_->num_items);
+}
+
+void ActiveSetSampler::select(const LshTables& tables, const uint32_t* buckets, const int32_t* forced,
+                              int n_forced, const SelectionParams& params, Rng& rng,
+                              std::vector<int32_t>& active, int64_t begin, int64_t end) {
   Impl& im = *impl_;
-  const int64_t n = im.num_items;
-  if (tables.num_items() > n)
+  if (tables.num_items() > im.num_items)
     throw InvalidArgument("tables hold " + std::to_string(tables.num_items()) +
-                          " items, the sampler was made for " + std::to_string(n));
+                          " items, the sampler was made for " + std::to_string(im.num_items));
+  if (begin < 0 || end < begin || end > im.num_items)
+    throw InvalidArgument("neuron range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                          ") is not within 0.." + std::to_string(im.num_items));
+  // Everything below counts within the range: the cap, the fill target and the fill draws.
+  const int64_t n = end - begin;
   if (params.min_active < 0 || params.max_active < 0)
     throw InvalidArgument("min_active and max_active must be >= 0");
   if (params.mode == Selection::Threshold && params.threshold < 1)
@@ -78,8 +88,9 @@ void ActiveSetSampler::select(const LshTables& tables, const uint32_t* buckets, 
   // 1. Forced neurons, in order, de-duplicated; always kept.
   for (int f = 0; f < n_forced; ++f) {
     const int32_t i = forced[f];
-    if (i < 0 || i >= n)
-      throw InvalidArgument("forced neuron " + std::to_string(i) + " out of range 0.." + std::to_string(n - 1));
+    if (i < begin || i >= end)
+      throw InvalidArgument("forced neuron " + std::to_string(i) + " out of range " + std::to_string(begin) + ".." +
+                            std::to_string(end - 1));
     if (im.seen(i)) continue;
     im.mark(i, kForced);
     active.push_back(i);
@@ -99,6 +110,7 @@ void ActiveSetSampler::select(const LshTables& tables, const uint32_t* buckets, 
         // Slots of a large layer live outside the caches: request a few visits ahead.
         if (k + kPrefetch < b.second) __builtin_prefetch(&im.slots[b.first[k + kPrefetch]], 1);
         const int32_t i = b.first[k];
+        if (i < begin || i >= end) continue;
         if (!im.seen(i)) {
           im.mark(i, 1);
           im.candidates.push_back(i);
@@ -177,7 +189,7 @@ void ActiveSetSampler::select(const LshTables& tables, const uint32_t* buckets, 
     if (2 * (have + need) <= n) {
       // Rejection sampling: at most half the layer is marked, so each draw succeeds w.p. >= 1/2.
       while (have < target) {
-        const int32_t i = static_cast<int32_t>(rng.below(static_cast<uint64_t>(n)));
+        const int32_t i = static_cast<int32_t>(begin + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n))));
         if (im.seen(i)) continue;
         im.mark(i, kForced);
         active.push_back(i);
@@ -186,8 +198,8 @@ void ActiveSetSampler::select(const LshTables& tables, const uint32_t* buckets, 
     } else {
       // Dense fill (small layers): sample from the unmarked neurons directly.
       im.candidates.clear();
-      for (int32_t i = 0; i < n; ++i)
-        if (!im.seen(i)) im.candidates.push_back(i);
+      for (int64_t i = begin; i < end; ++i)
+        if (!im.seen(static_cast<int32_t>(i))) im.candidates.push_back(static_cast<int32_t>(i));
       const size_t before = active.size();
       take_random(im.candidates, 0, im.candidates.size(), static_cast<size_t>(need));
       for (size_t k = before; k < active.size(); ++k) im.mark(active[k], kForced);

@@ -489,11 +489,17 @@ void validate_lsh_params(const LshParams& p) {
   } else {
     if (!is_pow2(p.bin_size) || p.bin_size < 2 || p.bin_size > 256)
       bad("bin_size", p.bin_size, "must be a power of two in 2..256");
-    const int bits = p.K * log2_exact(p.bin_size);
+    const int bits = lsh_code_bits(p);
     if (p.range_pow > bits)
       bad("range_pow", p.range_pow,
           "K * log2(bin_size) = " + std::to_string(bits) + " code bits per table; range_pow cannot exceed it");
   }
+}
+
+int lsh_code_bits(const LshParams& p) {
+  if (p.family == HashFamily::SimHash) return p.K;
+  if (!is_pow2(p.bin_size) || p.bin_size < 2) throw InvalidArgument("lsh.bin_size: must be a power of two >= 2");
+  return p.K * log2_exact(p.bin_size);
 }
 
 int effective_range_pow(const LshParams& p) {

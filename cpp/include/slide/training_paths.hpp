@@ -1,0 +1,33 @@
+// The constants that choose how a network trains and predicts, and with that choice the
+// determinism it guarantees. They are fixed (not configuration): a user never has to set
+// them, but a result or a test that depends on the path should name the constant here.
+#pragma once
+
+#include <cstdint>
+
+namespace slide {
+
+// Gradient path of a layer. A layer whose neurons are hash-sampled, or whose width
+// (neurons) is at most kMaxRecordedWidth, keeps per-sample gradient records: memory
+// O(batch x active) per layer, each row's gradient summed in batch order by the optimizer,
+// so its results are bit-identical for any number of threads. A wider dense layer adds
+// into shared gradient buffers without locks (HOGWILD): bit-identical with one thread only.
+// Prediction also uses it: a dense output layer at most this wide is scored layer by layer
+// (see kMaxBatchFloats), a wider one by the blocked exact scorer.
+constexpr int64_t kMaxRecordedWidth = 4096;
+
+// Batched dense path. A network without hash-sampled layers whose first layer keeps records
+// trains a batch layer by layer (matrix products over the whole batch) while the batch's
+// activations, 3 x batch x (neurons over all layers) floats, stay within kMaxBatchFloats
+// (256 MiB); otherwise it trains sample by sample. Both paths are deterministic for a seed
+// but give different bits, so the batch size can change which bits a run produces.
+constexpr int64_t kMaxBatchFloats = int64_t(1) << 26;
+
+// In-batch negatives. A hash-sampled output layer with min_active > 0 that has more than
+// kInBatchWidth neurons per slot of its widest active set (max(min_active, max_active))
+// adds the batch's labels to every sample's active set as negatives (logQ-weighted when
+// label frequencies are known); a narrower layer does not. Results depend on the batch
+// composition either way, never on the thread count.
+constexpr int64_t kInBatchWidth = 2;
+
+}  // namespace slide

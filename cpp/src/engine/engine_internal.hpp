@@ -1,0 +1,126 @@
+// Internal to the engine's units (not installed): stream salts, work thresholds and the
+// small helpers the trainers, the optimizer and the predictors share.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "slide/common.hpp"
+#include "slide/layer.hpp"
+#include "slide/random.hpp"
+
+namespace slide {
+
+// Salts that separate the random streams derived from the network seed.
+constexpr uint64_t kInitSalt = 0x494e4954ull;     // weight initialisation
+constexpr uint64_t kHashSalt = 0x48415348ull;     // hash functions
+constexpr uint64_t kTableSalt = 0x5441424cull;    // table rebuilds (reservoir choices)
+constexpr uint64_t kTrainSalt = 0x5452414eull;    // per-sample training streams
+constexpr uint64_t kPredictSalt = 0x50524544ull;  // per-sample prediction streams
+constexpr uint64_t kFillSalt = 0x46494c4cull;     // batch-shared active-set streams (training)
+constexpr int64_t kInitBlock = 256;               // rows per initialisation stream
+constexpr size_t kPrefetch = 4;                   // neurons ahead to prefetch in sparse loops
+// Below about this many multiply-adds a loop runs on the calling thread: waking a team
+// costs more than it saves, and far more when the cores are shared with other processes.
+constexpr int64_t kParallelWork = int64_t(1) << 17;
+// Batched dense path: blocks of the matrix products that one thread takes at a time.
+constexpr int64_t kForwardRows = 16;   // weight rows per block of Z = H W^T
+constexpr int64_t kBackSamples = 32;   // samples x columns per block of dH = D W
+constexpr int64_t kBackCols = 64;
+constexpr int64_t kGradRows = 16;      // weight rows per block of G = D^T H (then Adam)
+
+// Lets a parallel loop stop on Ctrl-C: OpenMP thread 0 (the calling thread, the one that
+// may talk to Python) polls interrupt_requested() at most every 50 ms; every thread then
+// skips its remaining iterations.
+class InterruptPoller {
+ public:
+  bool should_stop() {
+    if (stop_.load(std::memory_order_relaxed)) return true;
+    if (omp_get_thread_num() != 0) return false;
+    const auto now = std::chrono::steady_clock::now();
+    if (polled_ && now - last_ < std::chrono::milliseconds(50)) return false;
+    polled_ = true;
+    last_ = now;
+    if (!interrupt_requested()) return false;
+    stop_.store(true, std::memory_order_relaxed);
+    return true;
+  }
+  bool stopped() const { return stop_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> stop_{false};
+  bool polled_ = false;  // touched by thread 0 only
+  std::chrono::steady_clock::time_point last_;
+};
+
+// Activation and (in training) inverted dropout of one sample's hidden-layer outputs, in
+// place; `mask` receives the multipliers (kept units are scaled by 1 / (1 - dropout), so
+// inference needs no rescaling). Draws one uniform per unit from rng when dropout > 0.
+inline void activate(Activation act, float* z, float* mask, int64_t n, float dropout, Rng& rng) {
+  if (act == Activation::ReLU)
+    for (int64_t j = 0; j < n; ++j) z[j] = z[j] > 0.0f ? z[j] : 0.0f;
+  if (dropout > 0.0f) {
+    const float keep = 1.0f / (1.0f - dropout);
+    for (int64_t j = 0; j < n; ++j) {
+      mask[j] = rng.uniform() < dropout ? 0.0f : keep;
+      z[j] *= mask[j];
+    }
+  }
+}
+
+// The largest of z[0..n), n >= 1 (softmax normalisers). Not inlined on purpose: inlined
+// into the batched trainer's softmax loop, the running maximum (live across the later
+// kernel call) was kept on the stack, a store-load chain that cost ~15% of a dense batch.
+__attribute__((noinline)) inline float max_value(const float* z, int64_t n) {
+  float mx = z[0];
+  for (int64_t j = 1; j < n; ++j) mx = std::max(mx, z[j]);
+  return mx;
+}
+
+// The gradient dh of a hidden layer's outputs h, taken back through activate().
+inline void backprop_activation(Activation act, const float* h, const float* mask, float* dh, int64_t n) {
+  const bool relu = act == Activation::ReLU;
+  for (int64_t j = 0; j < n; ++j) {
+    if (relu && h[j] <= 0.0f) dh[j] = 0.0f;
+    else if (mask) dh[j] *= mask[j];
+  }
+}
+
+// The batch as matrices (row i = sample i of the batch), for networks trained layer by
+// layer (the batched dense path, trainer_batched.cpp). O(batch x neurons) per layer; these
+// networks have no wide layer.
+struct BatchMatrices {
+  std::vector<std::vector<float>> out;    // per layer [b x size]: outputs after activation and
+                                          // dropout; the output layer's logits
+  std::vector<std::vector<float>> mask;   // per hidden layer [b x size]: dropout multipliers
+  std::vector<std::vector<float>> delta;  // per layer [b x size]: dL/dz
+  std::vector<float> loss;                // per sample
+  std::vector<Rng> rng;                   // per sample: its training stream (dropout)
+  std::vector<std::vector<float>> grad;   // per thread: gradients of a block of weight rows
+  int64_t width = 0;                      // neurons over all layers
+
+  size_t bytes() const {
+    size_t b = loss.capacity() * sizeof(float) + rng.capacity() * sizeof(Rng);
+    for (auto* group : {&out, &mask, &delta, &grad})
+      for (auto& v : *group) b += v.capacity() * sizeof(float);
+    return b;
+  }
+};
+
+// Marks row r of a lock-free layer as touched by this batch; exactly one thread lists it.
+inline void mark_row(Layer& L, int32_t r, std::vector<int32_t>& list) {
+  uint8_t* m = L.row_touched.data() + r;
+  // A plain load first: most rows of a hot batch are already marked, and the atomic
+  // exchange (which makes exactly one thread list the row) is then skipped.
+  if (__atomic_load_n(m, __ATOMIC_RELAXED) == 0 && __atomic_exchange_n(m, uint8_t(1), __ATOMIC_RELAXED) == 0)
+    list.push_back(r);
+}
+
+}  // namespace slide

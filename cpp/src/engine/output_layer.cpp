@@ -1,0 +1,204 @@
+// Phases 2-6a of a sample's step on the output layer (see slide/sample_step.hpp).
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "engine_internal.hpp"
+#include "slide/sample_step.hpp"
+
+namespace slide {
+
+namespace {
+bool sampled(const Layer& out, bool use_lsh) { return out.lsh() && use_lsh; }
+}  // namespace
+
+SoftmaxStats combine_softmax_stats(const SoftmaxStats& a, const SoftmaxStats& b) noexcept {
+  if (a.sum == 0.0) return b;
+  if (b.sum == 0.0) return a;
+  const float mx = std::max(a.max, b.max);
+  return SoftmaxStats{mx, a.sum * std::exp(static_cast<double>(a.max) - mx) +
+                              b.sum * std::exp(static_cast<double>(b.max) - mx)};
+}
+
+void select_output(const Layer& out, SampleWorkspace& ws, const LayerInput& in, bool use_lsh,
+                   const SelectionParams& sel, const int32_t* forced, int n_forced, NeuronRange range, Rng& rng) {
+  const size_t l = static_cast<size_t>(out.index);
+  if (!sampled(out, use_lsh)) {
+    ws.active[l].clear();
+    ws.filled = 0;
+    return;
+  }
+  out.hash->hash_dense(in.dense, ws.buckets.data());
+  ActiveSetSampler& sampler = *ws.samplers[l];
+  sampler.select(*out.tables, ws.buckets.data(), forced, n_forced, sel, rng, ws.active[l], range.begin, range.end);
+  ws.filled = sampler.filled();
+}
+
+void output_logits(const Layer& out, SampleWorkspace& ws, const Kernels& kr, const LayerInput& in,
+                   bool use_lsh, NeuronRange range) {
+  const size_t l = static_cast<size_t>(out.index);
+  std::vector<float>& z = ws.out[l];
+  const float* W = out.weight.data();
+  const float* b = out.bias.data();
+  if (out.sparse_input) {
+    // The network's only layer: rows are features, columns the neurons of the range.
+    const SparseRow& x = in.sparse;
+    z.assign(b + range.begin, b + range.end);
+    for (int64_t k = 0; k < x.nnz; ++k)
+      kr.axpy(x.values[k], W + static_cast<int64_t>(x.indices[k]) * out.row_len + range.begin, z.data(),
+              range.size());
+  } else if (sampled(out, use_lsh)) {
+    // Active rows are scattered over a large matrix: prefetch a few neurons ahead.
+    const std::vector<int32_t>& A = ws.active[l];
+    const size_t na = A.size();
+    z.resize(na);
+    for (size_t i = 0; i < na; ++i) {
+      if (i + kPrefetch < na) {
+        prefetch_row(W + static_cast<int64_t>(A[i + kPrefetch]) * out.row_len, out.row_len);
+        __builtin_prefetch(b + A[i + kPrefetch], 0, 3);
+      }
+      z[i] = kr.dot(W + static_cast<int64_t>(A[i]) * out.row_len, in.dense, out.row_len) + b[A[i]];
+    }
+  } else {
+    z.resize(static_cast<size_t>(range.size()));
+    for (int64_t i = range.begin; i < range.end; ++i)
+      z[i - range.begin] = kr.dot(W + i * out.row_len, in.dense, out.row_len) + b[i];
+  }
+}
+
+SoftmaxStats partial_softmax(SampleWorkspace& ws) {
+  // Softmax in a numerically safe form: exponents relative to the maximum.
+  const std::vector<float>& z = ws.out.back();
+  std::vector<float>& d = ws.delta.back();
+  const size_t m = z.size();
+  d.resize(m);
+  SoftmaxStats s;
+  if (m == 0) return s;
+  float mx = z[0];
+  for (size_t i = 1; i < m; ++i) mx = std::max(mx, z[i]);
+  double sum = 0.0;
+  for (size_t i = 0; i < m; ++i) {
+    d[i] = std::exp(z[i] - mx);
+    sum += d[i];
+  }
+  s.max = mx;
+  s.sum = sum;
+  return s;
+}
+
+float normalise_output(const Layer& out, SampleWorkspace& ws, const SoftmaxStats& local, const SoftmaxStats& global,
+                       NeuronRange range, bool use_lsh, float inv_b) {
+  const std::vector<float>& z = ws.out.back();
+  std::vector<float>& d = ws.delta.back();
+  const size_t m = d.size();
+  if (m > 0 && local.max != global.max) {
+    // Another range holds a larger logit: rebase this range's exponents onto it.
+    const float rebase = std::exp(local.max - global.max);
+    for (size_t i = 0; i < m; ++i) d[i] *= rebase;
+  }
+  const float mx = global.max;
+  const float inv_sum = static_cast<float>(1.0 / global.sum);
+  const float log_sum = static_cast<float>(std::log(global.sum));
+  for (size_t i = 0; i < m; ++i) d[i] *= inv_sum * inv_b;
+  const std::vector<int32_t>& labels = ws.labels;
+  const std::vector<int32_t>& A = ws.active[static_cast<size_t>(out.index)];
+  const bool by_position = sampled(out, use_lsh);
+  const float t = 1.0f / static_cast<float>(labels.size());
+  float loss = 0.0f;
+  size_t in_range = 0;  // labels of this range seen so far: select_output put them first, in order
+  for (const int32_t label : labels) {
+    if (label < range.begin || label >= range.end) continue;
+    size_t pos = static_cast<size_t>(label - range.begin);
+    if (by_position) {
+      pos = in_range;
+      if (pos >= A.size() || A[pos] != label)
+        pos = static_cast<size_t>(std::find(A.begin(), A.end(), label) - A.begin());
+      if (pos >= A.size()) throw Error("internal error: a true label is missing from the active set");
+    }
+    ++in_range;
+    loss -= t * (z[pos] - mx - log_sum);
+    d[pos] -= t * inv_b;
+  }
+  return loss;
+}
+
+void output_backward(Layer& out, SampleWorkspace& ws, SampleRecord& rec, const Kernels& kr, const LayerInput& in,
+                     bool use_lsh, NeuronRange range) {
+  const size_t l = static_cast<size_t>(out.index);
+  const std::vector<float>& d = ws.delta[l];
+  float* Wg = out.weight_grad.data();
+  float* bg = out.bias_grad.data();
+  if (out.sparse_input) {
+    // The network's only layer: a feature row's gradient is value x the output deltas.
+    if (range.begin != 0 || range.end != out.out_dim)
+      throw InvalidArgument("output_backward: a layer that reads the sparse input takes the full neuron range");
+    const SparseRow& x = in.sparse;
+    if (out.records) {
+      rec.rows[l].assign(x.indices, x.indices + x.nnz);
+      rec.coef[l].assign(x.values, x.values + x.nnz);
+      rec.vec[l].assign(d.begin(), d.begin() + out.out_dim);
+    } else {
+      for (int64_t k = 0; k < x.nnz; ++k) {
+        kr.axpy(x.values[k], d.data(), Wg + static_cast<int64_t>(x.indices[k]) * out.row_len, out.row_len);
+        mark_row(out, x.indices[k], ws.touched[l]);
+      }
+      for (int64_t j = 0; j < out.out_dim; ++j) bg[j] += d[j];
+    }
+    return;
+  }
+  if (out.records) {
+    // The row gradients are formed by the optimizer from (row, coefficient) and the input.
+    std::vector<int32_t>& rr = rec.rows[l];
+    std::vector<float>& rc = rec.coef[l];
+    rec.vec[l].assign(in.dense, in.dense + out.in_dim);
+    if (sampled(out, use_lsh)) {
+      const std::vector<int32_t>& A = ws.active[l];
+      for (size_t i = 0; i < A.size(); ++i) {
+        if (d[i] == 0.0f) continue;
+        rr.push_back(A[i]);
+        rc.push_back(d[i]);
+      }
+    } else {
+      for (int64_t n = range.begin; n < range.end; ++n) {
+        const float dn = d[n - range.begin];
+        if (dn == 0.0f) continue;
+        rr.push_back(static_cast<int32_t>(n));
+        rc.push_back(dn);
+      }
+    }
+    return;
+  }
+  // Lock-free buffers (a dense layer wider than kMaxRecordedWidth): every neuron's row.
+  for (int64_t n = range.begin; n < range.end; ++n) {
+    const float dn = d[n - range.begin];
+    if (dn == 0.0f) continue;
+    kr.axpy(dn, in.dense, Wg + n * out.row_len, out.row_len);
+    bg[n] += dn;
+  }
+}
+
+void output_input_gradient(const Layer& out, const SampleWorkspace& ws, const Kernels& kr, bool use_lsh,
+                           NeuronRange range, float* dh) {
+  if (out.sparse_input) return;
+  const size_t l = static_cast<size_t>(out.index);
+  const std::vector<float>& d = ws.delta[l];
+  const float* W = out.weight.data();
+  const int64_t len = out.row_len;
+  if (sampled(out, use_lsh)) {
+    const std::vector<int32_t>& A = ws.active[l];
+    const size_t na = A.size();
+    for (size_t i = 0; i < na; ++i) {
+      if (i + kPrefetch < na) prefetch_row(W + static_cast<int64_t>(A[i + kPrefetch]) * len, len);
+      if (d[i] == 0.0f) continue;
+      kr.axpy(d[i], W + static_cast<int64_t>(A[i]) * len, dh, len);
+    }
+  } else {
+    for (int64_t n = range.begin; n < range.end; ++n) {
+      const float dn = d[n - range.begin];
+      if (dn == 0.0f) continue;
+      kr.axpy(dn, W + n * len, dh, len);
+    }
+  }
+}
+
+}  // namespace slide

@@ -1,0 +1,262 @@
+// Prediction: top-k labels and softmax scores. Three paths: the batched dense path of
+// training (small dense networks), a blocked exact scorer for wide dense output layers (a
+// block of samples shares each pass over the output matrix), and per sample through the
+// phases of sample_step.hpp (hash-selected output neurons, or all of them).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include "engine_internal.hpp"
+#include "slide/network.hpp"
+#include "slide/sample_step.hpp"
+
+namespace slide {
+
+namespace {
+
+using Scored = std::pair<float, int32_t>;
+// "Better" = higher score, ties to the lower label id; a top-k heap keeps its worst in front.
+inline bool better(const Scored& a, const Scored& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+inline void heap_offer(std::vector<Scored>& heap, size_t k, Scored c) {
+  if (heap.size() < k) {
+    heap.push_back(c);
+    std::push_heap(heap.begin(), heap.end(), better);
+  } else if (better(c, heap.front())) {
+    std::pop_heap(heap.begin(), heap.end(), better);
+    heap.back() = c;
+    std::push_heap(heap.begin(), heap.end(), better);
+  }
+}
+
+}  // namespace
+
+void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels, float* out_scores) const {
+  // The output matrix is far larger than the caches, so a per-sample pass over it is bound
+  // by memory bandwidth: a block of samples shares each pass (every row is read once per
+  // block), with an online softmax normaliser and top-k per sample.
+  constexpr int64_t kBlock = 16;
+  constexpr int64_t kRowChunk = 1024;
+  const Kernels& kr = kernels();
+  const int nl = static_cast<int>(layers_.size());
+  const Layer& out = layers_.back();
+  const int64_t len = out.row_len, N = out.out_dim;
+  const float* W = out.weight.data();
+  const float* bias = out.bias.data();
+  const int64_t blocks = (x.n + kBlock - 1) / kBlock;
+  InterruptPoller poller;
+  ExceptionCatcher catcher;
+#pragma omp parallel num_threads(threads_) if (x.n * sample_work_ > kParallelWork)
+  {
+    std::unique_ptr<SampleWorkspace> wsp;
+    std::vector<float> H, Z;
+    std::vector<std::vector<Scored>> heaps(kBlock);
+    catcher.run([&] {
+      wsp = make_workspace(layers_, false, false);
+      H.resize(kBlock * len);
+      Z.resize(kBlock * kRowChunk);
+    });
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      if (catcher.failed() || poller.should_stop()) continue;
+      catcher.run([&] {
+        const int64_t s0 = blk * kBlock, ns = std::min(kBlock, x.n - s0);
+        for (int64_t s = 0; s < ns; ++s) {
+          const int64_t i = s0 + s, a = x.indptr[i];
+          Rng rng(0);  // unused: no sampling and no dropout here
+          forward_hidden(layers_, *wsp, kr, SparseRow{x.indices + a, x.values + a, x.indptr[i + 1] - a}, false, 0.0f,
+                         rng, nullptr);
+          std::copy(wsp->out[nl - 2].begin(), wsp->out[nl - 2].end(), H.begin() + s * len);
+          heaps[s].clear();
+        }
+        float mx[kBlock];
+        double sum[kBlock];
+        for (int64_t s = 0; s < ns; ++s) {
+          mx[s] = -INFINITY;
+          sum[s] = 0.0;
+        }
+        for (int64_t c = 0; c < N; c += kRowChunk) {
+          const int64_t cl = std::min(kRowChunk, N - c);
+          float d[kBlock];
+          for (int64_t r = 0; r < cl; ++r) {
+            const float* w = W + (c + r) * len;
+            if (r + 4 < cl) prefetch_row(w + 4 * len, len);
+            kr.dot_multi(w, H.data(), len, ns, len, d);
+            for (int64_t s = 0; s < ns; ++s) Z[s * kRowChunk + r] = d[s] + bias[c + r];
+          }
+          for (int64_t s = 0; s < ns; ++s) {
+            const float* z = Z.data() + s * kRowChunk;
+            float cm = mx[s];
+            for (int64_t r = 0; r < cl; ++r) cm = std::max(cm, z[r]);
+            if (cm > mx[s]) {
+              sum[s] *= std::exp(static_cast<double>(mx[s]) - cm);
+              mx[s] = cm;
+            }
+            sum[s] += kr.exp_sum(z, cl, cm);
+            std::vector<Scored>& heap = heaps[s];
+            for (int64_t r = 0; r < cl; ++r)
+              if (heap.size() < static_cast<size_t>(k) || z[r] >= heap.front().first)
+                heap_offer(heap, k, Scored(z[r], static_cast<int32_t>(c + r)));
+          }
+        }
+        for (int64_t s = 0; s < ns; ++s) {
+          std::vector<Scored>& heap = heaps[s];
+          std::sort_heap(heap.begin(), heap.end(), better);
+          int32_t* lab = out_labels + (s0 + s) * k;
+          float* sc = out_scores + (s0 + s) * k;
+          for (int j = 0; j < k; ++j) {
+            lab[j] = j < static_cast<int>(heap.size()) ? heap[j].second : -1;
+            sc[j] = j < static_cast<int>(heap.size()) ? static_cast<float>(std::exp(heap[j].first - mx[s]) / sum[s]) : 0.0f;
+          }
+        }
+      });
+    }
+  }
+  catcher.rethrow();
+  if (poller.stopped()) throw Interrupted();
+}
+
+void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, float* out_scores) const {
+  // Blocks of samples through the dense layers as matrix products, as in training.
+  constexpr int64_t kBlock = 128;
+  const Kernels& kr = kernels();
+  const int nl = static_cast<int>(layers_.size());
+  const Layer& first = layers_[0];
+  const int64_t w0 = first.out_dim;
+  const int64_t blocks = (x.n + kBlock - 1) / kBlock;
+  InterruptPoller poller;
+  ExceptionCatcher catcher;
+#pragma omp parallel num_threads(threads_) if (x.n * sample_work_ > kParallelWork)
+  {
+    std::vector<std::vector<float>> act(static_cast<size_t>(nl));
+    std::vector<Scored> heap;
+    catcher.run([&] {
+      for (int l = 0; l < nl; ++l) act[l].resize(static_cast<size_t>(kBlock * layers_[l].out_dim));
+      heap.reserve(static_cast<size_t>(k) + 1);
+    });
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      if (catcher.failed() || poller.should_stop()) continue;
+      const int64_t s0 = blk * kBlock, ns = std::min(kBlock, x.n - s0);
+      Rng unused(0);  // no dropout at inference
+      for (int64_t s = 0; s < ns; ++s) {
+        const int64_t a = x.indptr[s0 + s], nnz = x.indptr[s0 + s + 1] - a;
+        float* z = act[0].data() + s * w0;
+        std::copy(first.bias.data(), first.bias.data() + w0, z);
+        for (int64_t q = 0; q < nnz; ++q)
+          kr.axpy(x.values[a + q], first.weight.data() + static_cast<int64_t>(x.indices[a + q]) * first.row_len, z, w0);
+        if (nl > 1) activate(first.spec.activation, z, nullptr, w0, 0.0f, unused);
+      }
+      for (int l = 1; l < nl; ++l) {
+        const Layer& L = layers_[l];
+        const int64_t out = L.out_dim, in = L.in_dim;
+        for (int64_t j0 = 0; j0 < out; j0 += kForwardRows) {
+          const int64_t nj = std::min(kForwardRows, out - j0);
+          kr.matmul_bt(act[l - 1].data(), in, L.weight.data() + j0 * in, in, act[l].data() + j0, out, ns, nj, in);
+        }
+        for (int64_t s = 0; s < ns; ++s) {
+          float* z = act[l].data() + s * out;
+          for (int64_t j = 0; j < out; ++j) z[j] += L.bias[j];
+          if (l + 1 < nl) activate(L.spec.activation, z, nullptr, out, 0.0f, unused);
+        }
+      }
+      const int64_t out = layers_.back().out_dim;
+      for (int64_t s = 0; s < ns; ++s) {
+        const float* z = act[nl - 1].data() + s * out;
+        float mx = z[0];
+        for (int64_t j = 1; j < out; ++j) mx = std::max(mx, z[j]);
+        const double sum = kr.exp_sum(z, out, mx);
+        heap.clear();
+        for (int64_t j = 0; j < out; ++j)
+          if (heap.size() < static_cast<size_t>(k) || z[j] >= heap.front().first)
+            heap_offer(heap, static_cast<size_t>(k), Scored(z[j], static_cast<int32_t>(j)));
+        std::sort_heap(heap.begin(), heap.end(), better);
+        int32_t* lab = out_labels + (s0 + s) * k;
+        float* sc = out_scores + (s0 + s) * k;
+        for (int j = 0; j < k; ++j) {
+          const bool have = j < static_cast<int>(heap.size());
+          lab[j] = have ? heap[j].second : -1;
+          sc[j] = have ? static_cast<float>(std::exp(static_cast<double>(heap[j].first) - mx) / sum) : 0.0f;
+        }
+      }
+    }
+  }
+  catcher.rethrow();
+  if (poller.stopped()) throw Interrupted();
+}
+
+void Network::predict_topk(const CsrView& x, int k, bool use_lsh, int32_t* out_labels, float* out_scores) const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  if (k < 1) throw InvalidArgument("k: must be >= 1, got " + std::to_string(k));
+  const Layer& out = layers_.back();
+  use_lsh = use_lsh && out.lsh();
+  if (batch_ && out.out_dim <= kMaxRecordedWidth) {
+    predict_layerwise(x, k, out_labels, out_scores);
+    return;
+  }
+  if (!use_lsh && !out.sparse_input && out.out_dim > kMaxRecordedWidth) {
+    predict_exact_blocked(x, k, out_labels, out_scores);
+    return;
+  }
+  predict_samples(x, k, use_lsh, out_labels, out_scores);
+}
+
+void Network::predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* out_labels, float* out_scores) const {
+  // One sample at a time through the phases of sample_step.hpp: hidden layers, then the
+  // output neurons (hash-selected when use_lsh, all otherwise) and their softmax.
+  const Kernels& kr = kernels();
+  const Layer& out = layers_.back();
+  const NeuronRange all{0, out.out_dim};
+  // Scratch local to this call: several threads may predict at once.
+  std::vector<std::unique_ptr<SampleWorkspace>> wss;
+  for (int t = 0; t < threads_; ++t) wss.push_back(make_workspace(layers_, false, use_lsh));
+  const int nl = static_cast<int>(layers_.size());
+  {
+    InterruptPoller poller;
+    ExceptionCatcher catcher;
+#pragma omp parallel num_threads(threads_) if (x.n * sample_work_ > kParallelWork)
+    {
+      SampleWorkspace& ws = *wss[omp_get_thread_num()];
+#pragma omp for schedule(dynamic, 4)
+      for (int64_t i = 0; i < x.n; ++i) {
+        if (catcher.failed() || poller.should_stop()) continue;
+        catcher.run([&] {
+          Rng rng(stream_seed(spec_.seed, kPredictSalt, static_cast<uint64_t>(i)));
+          const LayerInput in = forward_hidden(layers_, ws, kr, csr_row(x, i), use_lsh, 0.0f, rng, nullptr);
+          select_output(out, ws, in, use_lsh, out.spec.selection, nullptr, 0, all, rng);
+          output_logits(out, ws, kr, in, use_lsh, all);
+          const std::vector<float>& z = ws.out[nl - 1];
+          const std::vector<int32_t>& A = ws.active[nl - 1];
+          int32_t* lab = out_labels + i * k;
+          float* sc = out_scores + i * k;
+          std::fill(lab, lab + k, -1);
+          std::fill(sc, sc + k, 0.0f);
+          const size_t m = z.size();
+          if (m == 0) return;
+          float mx = z[0];
+          for (size_t j = 1; j < m; ++j) mx = std::max(mx, z[j]);
+          double sum = 0.0;
+          for (size_t j = 0; j < m; ++j) sum += std::exp(z[j] - mx);
+          auto& heap = ws.heap;
+          heap.clear();
+          for (size_t j = 0; j < m; ++j) {
+            heap_offer(heap, static_cast<size_t>(k), Scored(z[j], use_lsh ? A[j] : static_cast<int32_t>(j)));
+          }
+          std::sort_heap(heap.begin(), heap.end(), better);
+          const float inv_sum = static_cast<float>(1.0 / sum);
+          for (size_t j = 0; j < heap.size(); ++j) {
+            lab[j] = heap[j].second;
+            sc[j] = std::exp(heap[j].first - mx) * inv_sum;
+          }
+        });
+      }
+    }
+    catcher.rethrow();
+    if (poller.stopped()) throw Interrupted();
+  }
+}
+
+}  // namespace slide

@@ -1,0 +1,115 @@
+// Hash families: code ranges, the range_pow rule, bucket occupancy, determinism.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "slide/common.hpp"
+#include "slide/hash.hpp"
+#include "slide/random.hpp"
+
+using namespace slide;
+
+namespace {
+
+LshParams params(HashFamily family, int K, int L, int range_pow = 0, int bin_size = 8) {
+  LshParams p;
+  p.family = family;
+  p.K = K;
+  p.L = L;
+  p.range_pow = range_pow;
+  p.bucket_capacity = 64;
+  p.policy = BucketPolicy::FIFO;
+  p.bin_size = bin_size;
+  return p;
+}
+
+// n rows of dimension dim: dense Gaussian, or sparse (density `keep`) non-negative.
+std::vector<float> random_rows(int64_t n, int dim, uint64_t seed, float keep = 1.0f) {
+  Rng rng(seed);
+  std::vector<float> x(static_cast<size_t>(n * dim));
+  for (float& v : x) v = rng.uniform() < keep ? (keep < 1.0f ? rng.uniform() + 0.01f : rng.normal()) : 0.0f;
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("range_pow: derived once, bounded by the code bits") {
+  CHECK(lsh_code_bits(params(HashFamily::SimHash, 9, 4)) == 9);
+  CHECK(lsh_code_bits(params(HashFamily::WTA, 4, 4)) == 12);
+  CHECK(lsh_code_bits(params(HashFamily::DWTA, 4, 4, 0, 16)) == 16);
+  CHECK(effective_range_pow(params(HashFamily::SimHash, 9, 4)) == 9);
+  CHECK(effective_range_pow(params(HashFamily::DWTA, 8, 4)) == 18);  // min(24, 18)
+  CHECK(effective_range_pow(params(HashFamily::WTA, 3, 4, 5)) == 5);
+  CHECK_THROWS_AS(validate_lsh_params(params(HashFamily::SimHash, 4, 4, 5)), InvalidArgument);
+  CHECK_THROWS_AS(validate_lsh_params(params(HashFamily::WTA, 2, 4, 7)), InvalidArgument);
+  CHECK_THROWS_AS(validate_lsh_params(params(HashFamily::WTA, 2, 4, 0, 6)), InvalidArgument);
+}
+
+TEST_CASE("every family gives bucket ids below 2^range_pow that depend only on the seed") {
+  const int dim = 64;
+  for (HashFamily f : {HashFamily::SimHash, HashFamily::WTA, HashFamily::DWTA}) {
+    for (int range_pow : {0, 4, 6}) {
+      const LshParams p = params(f, f == HashFamily::SimHash ? 6 : 3, 8, range_pow);
+      auto h = HashFunction::create(p, dim, 7);
+      auto h2 = HashFunction::create(p, dim, 7);
+      const int bits = effective_range_pow(p);
+      CHECK(h->range_pow() == bits);
+      const std::vector<float> x = random_rows(200, dim, 3, f == HashFamily::DWTA ? 0.2f : 1.0f);
+      std::vector<uint32_t> b(8), b2(8);
+      for (int i = 0; i < 200; ++i) {
+        h->hash_dense(x.data() + i * dim, b.data());
+        h2->hash_dense(x.data() + i * dim, b2.data());
+        CHECK(b == b2);
+        for (uint32_t id : b) CHECK(id < (uint32_t(1) << bits));
+      }
+    }
+  }
+}
+
+TEST_CASE("tables over random rows reach most buckets (codes are combined without overlap)") {
+  // 64 buckets per table and 4000 rows: a hash that combined its codes with overlapping
+  // shifts, or that left codes unused, would leave most buckets unreachable.
+  const int dim = 32;
+  const int64_t n = 4000;
+  for (HashFamily f : {HashFamily::SimHash, HashFamily::WTA, HashFamily::DWTA}) {
+    const LshParams p = params(f, f == HashFamily::SimHash ? 6 : 2, 4, 6);
+    auto h = HashFunction::create(p, dim, 11);
+    LshTables tables(p, n);
+    const std::vector<float> w = random_rows(n, dim, 5, f == HashFamily::DWTA ? 0.3f : 1.0f);
+    tables.build(*h, w.data(), n, dim, 1, 13);
+    INFO("family " << static_cast<int>(f) << " occupancy " << tables.occupancy());
+    CHECK(tables.occupancy() > 0.8);
+    // every row sits in exactly one bucket of each table (capacity permitting)
+    int64_t stored = 0;
+    for (int t = 0; t < 4; ++t)
+      for (uint32_t id = 0; id < 64; ++id) {
+        const auto b = tables.bucket(t, id);
+        CHECK(b.second <= p.bucket_capacity);
+        stored += b.second;
+      }
+    CHECK(stored <= 4 * n);
+    CHECK(stored > 4 * n / 2);
+  }
+}
+
+TEST_CASE("DWTA gives sparse inputs codes and maps an all-zero input to bucket 0") {
+  const int dim = 256;
+  auto h = HashFunction::create(params(HashFamily::DWTA, 4, 6), dim, 1);
+  std::vector<float> x(dim, 0.0f);
+  std::vector<uint32_t> b(6);
+  h->hash_dense(x.data(), b.data());
+  for (uint32_t id : b) CHECK(id == 0);
+  x[3] = 1.0f;
+  x[200] = 2.0f;
+  std::set<uint32_t> seen;
+  Rng rng(2);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::fill(x.begin(), x.end(), 0.0f);
+    for (int k = 0; k < 5; ++k) x[rng.below(dim)] = rng.uniform() + 0.1f;
+    h->hash_dense(x.data(), b.data());
+    seen.insert(b.begin(), b.end());
+  }
+  CHECK(seen.size() > 20);  // five non-zeros out of 256 still spread over many buckets
+}
