@@ -1,4 +1,4 @@
-"""Small helpers shared across the package: JSON conversion, peak memory, byte sizes."""
+"""Small helpers shared across the package: JSON conversion, peak memory, byte sizes, integer checks."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-__all__ = ["jsonable", "peak_rss_bytes", "format_bytes"]
+__all__ = ["jsonable", "peak_rss_bytes", "format_bytes", "positive_int"]
 
 
 def jsonable(obj: Any, nonfinite_as_none: bool = True) -> Any:
@@ -68,3 +68,12 @@ def format_bytes(n: Optional[float]) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024.0
     return f"{n:.1f} TiB"
+
+
+def positive_int(v, name: str, allow_zero: bool = False) -> int:
+    """``v`` as an int, or ValueError naming ``name`` when it is not a positive (or, with
+    ``allow_zero``, non-negative) integer."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if allow_zero else 1):
+        raise ValueError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} integer, "
+                         f"got {v!r}")
+    return int(v)

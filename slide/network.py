@@ -16,12 +16,10 @@ set was given, else the validation set's.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import time
-import zipfile
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -29,17 +27,19 @@ import scipy.sparse as sp
 
 from . import callbacks as _callbacks
 from . import memory as _memory
-from ._io import atomic_write
-from ._util import jsonable
+from . import persist as _persist
+from ._util import positive_int as _positive_int
+from .history import History
+from .persist import FORMAT_VERSION
 from .config import WTA_BIN_SIZE, Config, ConfigError
+from ._arrays import _Arrays, _FitData, _Meter, _Split, _as_csr
+from .sampling import choose_sampling
 from .scaling import idf_weights, normalize_rows
 
 __all__ = ["Network", "History", "FORMAT_VERSION", "choose_sampling"]
 
 log = logging.getLogger("slide")
 
-FORMAT_VERSION = 1
-_MAGIC = "slide-network"
 
 # Shortcuts accepted by Network(**overrides): name -> dotted config key.
 _SHORTCUTS = {
@@ -67,110 +67,10 @@ _SHORTCUTS = {
 }
 _SPECIAL = ("hidden", "sampling")
 
-# sampling: auto -- below this many neurons a dense layer (trained as batched matrix products)
-# reaches a given P@1 at least as fast as hashing, and above this fraction active the saving is
-# small. Measured on synthetic data, hidden 128, 1 thread, 4 epochs: 10,000 labels: dense test
-# P@1 0.616 in 32 s, LSH 0.592 in 34 s; 20,000 labels: dense 0.508 after 48 s, LSH 0.51 in 36 s.
-AUTO_LSH_MIN_NEURONS = 20_000
-
 # epochs: auto holds this fraction of train out for validation, at most AUTO_VALID_MAX points
 # (validation is scored exactly after every epoch: more points cost time, not accuracy of choice).
 AUTO_VALID_FRACTION = 0.2
 AUTO_VALID_MAX = 5_000
-AUTO_LSH_MAX_ACTIVE_FRACTION = 0.15
-
-
-def choose_sampling(config: Config, num_labels: int) -> List[str]:
-    """Resolve every layer's ``sampling`` to ``"dense"`` or ``"lsh"``.
-
-    ``auto`` picks LSH when the layer has at least :data:`AUTO_LSH_MIN_NEURONS` neurons and the
-    expected active set (from ``lsh.L``, ``bucket_capacity``, ``min_active``, ``max_active``) is
-    at most :data:`AUTO_LSH_MAX_ACTIVE_FRACTION` of the layer; dense otherwise. The first layer
-    reads the sparse input directly and is always dense (hashing it buys nothing: its cost is
-    already proportional to the input's non-zeros).
-    """
-    sizes = _memory.layer_sizes(config, num_labels)
-    out = []
-    for i, (layer, size) in enumerate(zip(config.layers, sizes)):
-        if layer.sampling == "lsh" and i == 0:
-            raise ConfigError("layers.0.sampling: the first layer reads the sparse input and is "
-                              "always dense; lsh is allowed on later layers only")
-        if layer.sampling != "auto" or i == 0:
-            out.append("dense" if i == 0 else layer.sampling)
-            continue
-        active = _memory.expected_active(layer.lsh, size)
-        lsh = size >= AUTO_LSH_MIN_NEURONS and active <= AUTO_LSH_MAX_ACTIVE_FRACTION * size
-        out.append("lsh" if lsh else "dense")
-    return out
-
-
-class History:
-    """What :meth:`Network.fit` measured.
-
-    ``records``: one dict per evaluation (see the module doc for the keys). ``best_epoch`` /
-    ``best_step``: where the best validation P@1 was measured (the weights kept when
-    ``training.restore_best`` is on), None without validation data. ``stopped_early``: the
-    patience ran out. ``interrupted``: a KeyboardInterrupt ended the run.
-    """
-
-    def __init__(self, records: Optional[List[Dict[str, Any]]] = None):
-        self.records: List[Dict[str, Any]] = list(records or [])
-        self.best_epoch: Optional[float] = None
-        self.best_step: Optional[int] = None
-        self.best_score: Optional[float] = None
-        self.restored_best = False
-        self.stopped_early = False
-        self.stopped_by_budget = False
-        self.interrupted = False
-        self.refit_epochs: Optional[int] = None
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def __iter__(self):
-        return iter(self.records)
-
-    def __getitem__(self, key):
-        """``history[i]`` is a record; ``history["valid/P@1"]`` the list of that key's values."""
-        if isinstance(key, str):
-            return [r.get(key) for r in self.records]
-        return self.records[key]
-
-    @property
-    def last(self) -> Dict[str, Any]:
-        return self.records[-1] if self.records else {}
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"records": self.records, "best_epoch": self.best_epoch, "best_step": self.best_step,
-                "best_score": self.best_score, "restored_best": self.restored_best,
-                "stopped_early": self.stopped_early, "interrupted": self.interrupted}
-
-    def __repr__(self) -> str:
-        return (f"History({len(self.records)} records, best_epoch={self.best_epoch}, "
-                f"stopped_early={self.stopped_early})")
-
-
-class _Arrays:
-    """A data set converted once to the engine's dtypes (CSR with int64 indptr)."""
-
-    __slots__ = ("X", "x_indptr", "x_indices", "x_values", "y_indptr", "y_indices", "labels", "n")
-
-    def __init__(self, X: sp.csr_matrix, Y: Optional[sp.csr_matrix]):
-        self.X = X
-        self.n = X.shape[0]
-        self.x_indptr = np.ascontiguousarray(X.indptr, dtype=np.int64)
-        self.x_indices = np.ascontiguousarray(X.indices, dtype=np.int32)
-        self.x_values = np.ascontiguousarray(X.data, dtype=np.float32)
-        self.labels = Y
-        if Y is not None:
-            self.y_indptr = np.ascontiguousarray(Y.indptr, dtype=np.int64)
-            self.y_indices = np.ascontiguousarray(Y.indices, dtype=np.int32)
-        else:
-            self.y_indptr = self.y_indices = None
-
-    def subset(self, rows: np.ndarray) -> "_Arrays":
-        return _Arrays(self.X[rows], None if self.labels is None else self.labels[rows])
-
 
 def _core_module():
     from . import _core
@@ -179,39 +79,6 @@ def _core_module():
         raise RuntimeError("this build of slide._core has no Network engine; rebuild the "
                            "extension (pip install -e . or .ci/dev-build)")
     return _core
-
-
-class _Split:
-    """Training rows (``X``, ``Y``), all of train (``X_all``, ``Y_all``) and validation rows."""
-
-    def __init__(self, X, Y, X_all, Y_all, Xv, Yv, num_features, num_labels, held_out_of_train):
-        self.X, self.Y, self.X_all, self.Y_all, self.Xv, self.Yv = X, Y, X_all, Y_all, Xv, Yv
-        self.num_features, self.num_labels = num_features, num_labels
-        self.held_out_of_train = held_out_of_train
-
-
-class _FitData:
-    """Engine-ready arrays of one fit: ``fit`` (trained on), ``full`` (all of train, for the
-    refit), ``valid`` and ``test`` (None when absent)."""
-
-    def __init__(self, fit: _Arrays, full: _Arrays, valid: Optional[_Arrays], test: Optional[_Arrays]):
-        self.fit, self.full, self.valid, self.test = fit, full, valid, test
-
-
-class _Meter:
-    """Samples, seconds and losses since the last record."""
-
-    def __init__(self):
-        self.reset()
-
-    def reset(self) -> None:
-        self.samples, self.seconds, self.loss_sum, self.batches = 0, 0.0, 0.0, 0
-
-    def add(self, samples: int, seconds: float, loss: float) -> None:
-        self.samples += samples
-        self.seconds += seconds
-        self.loss_sum += loss
-        self.batches += 1
 
 
 class Network:
@@ -815,205 +682,18 @@ class Network:
         return self._evaluate_arrays(self._convert(X, Y), k)
 
     # ------------------------------------------------------------------ persistence
-    def _state_meta(self) -> Dict[str, Any]:
-        return {
-            "magic": _MAGIC,
-            "format_version": FORMAT_VERSION,
-            "config_yaml": self.config.to_yaml(),
-            "num_features": self.num_features,
-            "num_labels": self.num_labels,
-            "resolved_sampling": self.resolved_sampling,
-            "epoch": self.epoch,
-            "batch_in_epoch": self._batch_in_epoch,
-            "step": self.step,
-            "train_seconds": self._train_seconds,
-            "samples_trained": self._samples_trained,
-            "num_train_points": self._num_train_points,
-            "best_score": self._best_score,
-            "best_step": self._best_step,
-            "best_epoch": self._best_epoch,
-            "evals_since_best": self._evals_since_best,
-            "schedule": {"phase": self._phase, "lr_scale": self._lr_scale, "lr_trace": self._lr_trace,
-                         "refit_epochs": self._refit_epochs, "step_offset": self._step_offset,
-                         "evals_since_lr_change": self._evals_since_lr_change},
-            "history": self.history.to_dict(),
-            "next_rebuild": int(self._core.next_rebuild),
-        }
-
-    def _restore_schedule(self, sched: Optional[Dict[str, Any]]) -> None:
-        """Puts back where an ``epochs="auto"`` run stood (files without it trained fixed epochs)."""
-        if sched is None:
-            return
-        phase = sched["phase"]
-        if phase not in ("train", "search", "refit", "done"):
-            raise ValueError(f"schedule.phase must be train, search, refit or done, got {phase!r}")
-        trace = sched["lr_trace"]
-        if not isinstance(trace, list) or not all(isinstance(v, (int, float)) and v >= 0 for v in trace):
-            raise ValueError("schedule.lr_trace must be a list of learning rates")
-        refit_epochs = sched["refit_epochs"]
-        if phase == "refit" and (not isinstance(refit_epochs, int) or refit_epochs < 1 or not trace):
-            raise ValueError("schedule: a refit needs refit_epochs >= 1 and the search's learning rates")
-        self._phase = phase
-        self._lr_scale = float(sched["lr_scale"])
-        self._lr_trace = [float(v) for v in trace]
-        self._refit_epochs = refit_epochs
-        self._step_offset = int(sched["step_offset"])
-        self._evals_since_lr_change = int(sched["evals_since_lr_change"])
-
     def _lsh_layers(self) -> List[int]:
         return [i for i, s in enumerate(self.resolved_sampling or ()) if s == "lsh"]
 
-    def _table_arrays(self) -> Dict[str, np.ndarray]:
-        """The LSH layers' hash tables as ``tables/<layer>/<name>`` arrays."""
-        out: Dict[str, np.ndarray] = {}
-        for i in self._lsh_layers():
-            for name, v in self._core.table_state(i).items():
-                out[f"tables/{i}/{name}"] = np.asarray(v, dtype=np.int64) if name == "num_rows" else v
-        return out
-
-    def _restore_tables(self, data: Dict[str, np.ndarray], meta: Dict[str, Any]) -> None:
-        """Puts back the hash tables and rebuild schedule saved by :meth:`save`.
-
-        Files written before tables were stored have none: the tables rebuilt from the loaded
-        weights stay, and the schedule follows from the step.
-        """
-        stored: Dict[int, Dict[str, Any]] = {}
-        for key, v in data.items():
-            if not key.startswith("tables/"):
-                continue
-            parts = key.split("/")
-            if len(parts) != 3 or not parts[1].isdigit():
-                raise ValueError(f"unexpected entry {key!r}")
-            stored.setdefault(int(parts[1]), {})[parts[2]] = v
-        lsh = self._lsh_layers()
-        for i in sorted(stored):
-            if i not in lsh:
-                raise ValueError(f"hash tables stored for layer {i}, which does not sample by LSH")
-        if stored:
-            for i in lsh:
-                if i not in stored:
-                    raise ValueError(f"hash tables of layer {i} are missing")
-                state = dict(stored[i])
-                rows = state.get("num_rows")
-                if rows is None:
-                    raise ValueError(f"hash tables of layer {i}: num_rows is missing")
-                if rows.shape != () or rows.dtype.kind not in "iu" or not -1 <= int(rows) < 2**31:
-                    raise ValueError(f"hash tables of layer {i}: num_rows must be one integer in "
-                                     f"-1..2^31-1, got {rows!r}")
-                state["num_rows"] = int(rows)
-                try:
-                    self._core.set_table_state(i, state)
-                except ValueError as e:
-                    raise ValueError(f"layer {i}: {e}") from None
-        if meta.get("next_rebuild") is not None:
-            nxt = meta["next_rebuild"]
-            if isinstance(nxt, bool) or not isinstance(nxt, int) or not -1 <= nxt < 2**63:
-                raise ValueError(f"next_rebuild must be an integer in -1..2^63-1, got {nxt!r}")
-            self._core.next_rebuild = nxt
-
     def save(self, path: Union[str, os.PathLike]) -> None:
-        """Write the network to one ``.npz`` file, atomically.
-
-        The file holds the configuration (YAML), the weights and Adam moments, the step, epoch
-        and position inside the epoch, the normalisation statistics, the training label counts
-        and the best-validation snapshot, so that :meth:`load` followed by :meth:`fit` continues
-        the run exactly: bit-identical with ``threads=1``. LSH layers' hash tables are stored as
-        built at the last scheduled rebuild, with the step of the next one. The data is written
-        to a temporary file in the same folder, flushed to disk and renamed over ``path``: a
-        crash leaves either the old file or the new one, never a partial one.
-        """
-        self._require_built("save")
-        path = os.fspath(path)
-        arrays: Dict[str, np.ndarray] = {
-            "meta": np.frombuffer(json.dumps(jsonable(self._state_meta(), nonfinite_as_none=False)).encode("utf-8"), dtype=np.uint8),
-        }
-        for name, v in self._core.parameters().items():
-            arrays[f"param/{name}"] = np.asarray(v)
-        if self._best_params is not None:
-            for name, v in self._best_params.items():
-                arrays[f"best/{name}"] = v
-        if self._idf is not None:
-            arrays["idf"] = self._idf
-        if self._label_counts is not None:
-            arrays["label_counts"] = self._label_counts
-        arrays.update(self._table_arrays())
-        atomic_write(path, lambda fh: np.savez(fh, **arrays))
+        """Write the network to one ``.npz`` file, atomically (see :func:`slide.persist.save`)."""
+        _persist.save(self, path)
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike], threads: Optional[int] = None) -> "Network":
-        """Read a file written by :meth:`save`; ``threads`` overrides ``training.threads``.
-
-        Raises FileNotFoundError when ``path`` does not exist and ValueError naming the file
-        when it is truncated, corrupt, not a slide network or of another format version.
-        """
-        path = os.fspath(path)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"network file not found: {path}")
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                data = {k: z[k] for k in z.files}
-        except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, zipfile.LargeZipFile,
-                NotImplementedError, RuntimeError) as e:
-            # damaged zip headers surface as any of these (e.g. an unknown compression method)
-            raise ValueError(f"{path}: not a readable slide network file (truncated or corrupt): "
-                             f"{e}") from None
-        if "meta" not in data:
-            raise ValueError(f"{path}: not a slide network file (no 'meta' entry)")
-        try:
-            meta = json.loads(bytes(data["meta"]).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: corrupt metadata: {e}") from None
-        if not isinstance(meta, dict) or meta.get("magic") != _MAGIC:
-            raise ValueError(f"{path}: not a slide network file")
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{path}: format version {meta.get('format_version')} is not supported "
-                             f"by this slide (reads version {FORMAT_VERSION})")
-        try:
-            import yaml
-
-            cfg = Config.from_dict(yaml.safe_load(meta["config_yaml"]), source=path)
-            if threads is not None:
-                cfg.training.threads = _positive_int(threads, "threads", allow_zero=True)
-            net = cls(cfg)
-            net._build(int(meta["num_features"]), int(meta["num_labels"]))
-            params = {k[len("param/"):]: v for k, v in data.items() if k.startswith("param/")}
-            missing = set(net._core.parameters()) - set(params)
-            if missing:
-                raise ValueError(f"missing parameters {sorted(missing)}")
-            # stored tables replace rebuilt ones below: rebuild only for files without them
-            net._set_parameters(params, rebuild_tables=not any(k.startswith("tables/") for k in data))
-            net._core.step = int(meta["step"])
-            net._restore_tables(data, meta)
-            net.epoch = int(meta["epoch"])
-            net._batch_in_epoch = int(meta["batch_in_epoch"])
-            net._train_seconds = float(meta["train_seconds"])
-            net._samples_trained = int(meta.get("samples_trained", 0))
-            net._num_train_points = int(meta["num_train_points"])
-            net._best_score = meta["best_score"]
-            net._best_step = meta["best_step"]
-            net._best_epoch = meta["best_epoch"]
-            net._evals_since_best = int(meta["evals_since_best"])
-            net._restore_schedule(meta.get("schedule"))
-            best = {k[len("best/"):]: v for k, v in data.items() if k.startswith("best/")}
-            net._best_params = best or None
-            net._idf = data.get("idf")
-            net._label_counts = data.get("label_counts")
-            h = meta.get("history") or {}
-            net.history = History(h.get("records"))
-            for key in ("best_epoch", "best_step", "best_score", "restored_best", "stopped_early",
-                        "stopped_by_budget", "interrupted", "refit_epochs"):
-                if key in h:
-                    setattr(net.history, key, h[key])
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"{path}: incomplete slide network file: missing {e}") from None
-        except ValueError as e:
-            if str(e).startswith(path):
-                raise
-            raise ValueError(f"{path}: {e}") from None
-        if net._idf is None and net.config.data.normalize == "tfidf_l2":
-            raise ValueError(f"{path}: normalize is tfidf_l2 but the idf statistics are missing")
-        return net
-
+        """Read a file written by :meth:`save` (see :func:`slide.persist.load`); ``threads``
+        overrides ``training.threads``."""
+        return _persist.load(cls, path, threads)
 
 # ---------------------------------------------------------------------- helpers
 
@@ -1023,42 +703,6 @@ def _call(cbs, method: str, *args) -> None:
         if fn is not None:
             fn(*args)
 
-
-def _positive_int(v, name: str, allow_zero: bool = False) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if allow_zero else 1):
-        raise ValueError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} integer, "
-                         f"got {v!r}")
-    return int(v)
-
-
-def _as_csr(X, what: str, dtype=np.float32) -> sp.csr_matrix:
-    """A canonical CSR matrix (sorted indices, no duplicates) of ``dtype`` from sparse or dense input."""
-    if sp.issparse(X):
-        if X.ndim != 2:
-            raise ValueError(f"{what}: expected a 2-D matrix, got shape {X.shape}")
-        if not (np.issubdtype(X.dtype, np.number) or X.dtype == bool) \
-                or np.issubdtype(X.dtype, np.complexfloating):
-            raise ValueError(f"{what}: expected real numbers, got dtype {X.dtype}")
-        X = sp.csr_matrix(X, dtype=dtype)
-    else:
-        try:
-            arr = np.asarray(X)
-        except Exception as e:   # ragged lists and the like
-            raise ValueError(f"{what}: cannot be read as a matrix: {e}") from None
-        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool) \
-                or np.issubdtype(arr.dtype, np.complexfloating):
-            raise ValueError(f"{what}: expected a scipy sparse matrix or a numeric 2-D array, got "
-                             f"{type(X).__name__} of dtype {arr.dtype}")
-        if arr.ndim != 2:
-            raise ValueError(f"{what}: expected a 2-D matrix, got shape {arr.shape}")
-        if arr.dtype != bool and arr.size and not np.all(np.isfinite(arr)):
-            raise ValueError(f"{what}: contains NaN or infinite values")
-        X = sp.csr_matrix(arr.astype(dtype, copy=False))
-    if not X.has_canonical_format:
-        X = X.copy()
-        X.sum_duplicates()
-    X.sort_indices()
-    return X
 
 
 def _engine_spec(cfg: Config, num_features: int) -> Dict[str, Any]:

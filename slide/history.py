@@ -1,0 +1,52 @@
+"""What :meth:`slide.Network.fit` measured: :class:`History`."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+__all__ = ["History"]
+
+
+class History:
+    """What :meth:`Network.fit` measured.
+
+    ``records``: one dict per evaluation (see the module doc for the keys). ``best_epoch`` /
+    ``best_step``: where the best validation P@1 was measured (the weights kept when
+    ``training.restore_best`` is on), None without validation data. ``stopped_early``: the
+    patience ran out. ``interrupted``: a KeyboardInterrupt ended the run.
+    """
+
+    def __init__(self, records: Optional[List[Dict[str, Any]]] = None):
+        self.records: List[Dict[str, Any]] = list(records or [])
+        self.best_epoch: Optional[float] = None
+        self.best_step: Optional[int] = None
+        self.best_score: Optional[float] = None
+        self.restored_best = False
+        self.stopped_early = False
+        self.stopped_by_budget = False
+        self.interrupted = False
+        self.refit_epochs: Optional[int] = None
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self):
+        return iter(self.records)
+
+    def __getitem__(self, key):
+        """``history[i]`` is a record; ``history["valid/P@1"]`` the list of that key's values."""
+        if isinstance(key, str):
+            return [r.get(key) for r in self.records]
+        return self.records[key]
+
+    @property
+    def last(self) -> Dict[str, Any]:
+        return self.records[-1] if self.records else {}
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"records": self.records, "best_epoch": self.best_epoch, "best_step": self.best_step,
+                "best_score": self.best_score, "restored_best": self.restored_best,
+                "stopped_early": self.stopped_early, "interrupted": self.interrupted}
+
+    def __repr__(self) -> str:
+        return (f"History({len(self.records)} records, best_epoch={self.best_epoch}, "
+                f"stopped_early={self.stopped_early})")
