@@ -149,6 +149,7 @@ class Network:
         self._best_params: Optional[Dict[str, np.ndarray]] = None
         self._evals_since_best = 0
         self._evals_since_lr_change = 0
+        self._snapshot_best = True    # fit decides: whether the best weights will be needed
         self._lr_scale = 1.0          # plateau schedule: product of the reductions so far
         self._lr_trace: List[float] = []  # epochs=auto: the search's learning rate per epoch
         self._phase = "train"         # train (fixed epochs) | search | refit | done (epochs=auto)
@@ -347,6 +348,8 @@ class Network:
         if auto and self._phase == "train":
             self._phase = "search"
         refit = auto and tr.refit and split.held_out_of_train
+        # a copy of the best weights (and Adam state) is kept only when it will be put back
+        self._snapshot_best = (auto and not refit) or (not auto and tr.restore_best)
         # epochs=auto: how long the search runs is not known in advance (no total on the bar)
         self._progress_total_samples = (self._remaining_samples(data.fit, epochs) if not auto
                                         else None)
@@ -534,10 +537,9 @@ class Network:
         self._refit_epochs = max(1, int(math.ceil(best)))
         self._step_offset += self.step
         requested = self.requested_sampling
-        self._core = None
+        self._core = self._best_params = None   # freed before the fresh network is allocated
         self._build(self.num_features, self.num_labels)
         self.requested_sampling = requested
-        self._best_params = None
         # the refit model is trained on all of train: its label statistics are all of train's
         self._label_counts = np.bincount(data.full.y_indices, minlength=self.num_labels).astype(np.int64)
         self._num_train_points = data.full.n
@@ -597,7 +599,7 @@ class Network:
             self._best_score, self._best_step, self._best_epoch = score, self.step, epoch
             self._evals_since_best = 0
             self._evals_since_lr_change = 0
-            if tr.restore_best or self._phase == "search":
+            if self._snapshot_best:
                 self._best_params = {k: np.array(v, copy=True)
                                      for k, v in self._core.parameters().items()}
             return
