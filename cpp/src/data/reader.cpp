@@ -159,7 +159,7 @@ class TextSource {
         int err = errno;
         throw DataError(name_ + ": cannot read the file: " + std::strerror(err));
       }
-      if (r == 0) throw changed("it ends at byte " + std::to_string(offset + done));
+      if (r == 0) throw changed("a read found no data at byte " + std::to_string(offset + done));
       done += static_cast<size_t>(r);
     }
     return buf.data();
