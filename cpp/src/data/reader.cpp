@@ -612,11 +612,12 @@ LoadedData parse_text(const TextSource& src, const ReadOptions& opt) {
     s.labels_given = true;
   }
 
-  // Chunks own the lines that start inside them: about 4 MiB each, at least
-  // four per thread when the file is large enough to be worth splitting.
+  // Chunks own the lines that start inside them: about 1 MiB each (a thread holds
+  // one chunk's text at a time), at least four per thread when the file is large
+  // enough to be worth splitting.
   const int threads = resolve_threads(opt.num_threads);
   const size_t body_size = size - body;
-  size_t nchunks = std::max<size_t>(body_size >> 22, static_cast<size_t>(threads) * 4);
+  size_t nchunks = std::max<size_t>(body_size >> 20, static_cast<size_t>(threads) * 4);
   nchunks = std::min<size_t>(nchunks, std::max<size_t>(1, body_size >> 16));
   nchunks = std::min<size_t>(nchunks, 1 << 12);  // each chunk holds five mappings: stay far below vm.max_map_count
   std::vector<Chunk> chunks(nchunks);
