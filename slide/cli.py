@@ -228,9 +228,12 @@ def _load_model_and_data(model: str, data: str, *, labels_needed: bool):
             raise UsageError(f"{data}: its header declares {nf} features and {nl} labels, but {model_shape}")
     ds = load_dataset(data)
     if header is None and (ds.num_features > net.num_features or ds.num_labels > net.num_labels):
-        raise UsageError(f"{data}: it has feature ids up to {ds.num_features - 1} and label ids up to "
-                         f"{ds.num_labels - 1} (libsvm, no header: {ds.num_features} features and "
-                         f"{ds.num_labels} labels at least), but {model_shape}")
+        needs = []
+        if ds.num_features > net.num_features:  # libsvm feature ids are 1-based
+            needs.append(f"its largest feature id, {ds.num_features}, needs {ds.num_features} features")
+        if ds.num_labels > net.num_labels:
+            needs.append(f"its largest label id, {ds.num_labels - 1}, needs {ds.num_labels} labels")
+        raise UsageError(f"{data}: (libsvm, no header) {' and '.join(needs)}, but {model_shape}")
     if (ds.num_features, ds.num_labels) != (net.num_features, net.num_labels):
         # a narrower libsvm file, or labels absent from a file to predict: widen to the model
         ds = Dataset(ds.features, ds.labels, num_features=net.num_features,

@@ -278,11 +278,12 @@ def test_headerless_libsvm_files_are_checked_against_the_ids_they_contain(bibtex
         r = _slide([command, bibtex_run, wide], tmp_path)
         assert r.returncode == 2, r.stderr
         line = _one_error_line(r, command)
-        assert "1837 features" in line and "1836 features and 159 labels" in line and str(wide) in line, line
+        assert "largest feature id, 1837, needs 1837 features" in line, line
+        assert "1836 features and 159 labels" in line and str(wide) in line, line
     labels = tmp_path / "labels.svm"
     labels.write_text(_libsvm(body) + "159 5:1.0\n")
     r = _slide(["evaluate", bibtex_run, labels], tmp_path)
-    assert r.returncode == 2 and "160 labels" in _one_error_line(r, "evaluate")
+    assert r.returncode == 2 and "largest label id, 159, needs 160 labels" in _one_error_line(r, "evaluate")
 
 
 # ---------------------------------------------------------------------- write failures
