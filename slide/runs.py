@@ -373,15 +373,15 @@ class RunDir:
             raise FileNotFoundError(f"run folder not found: {run.path}")
         if not os.path.exists(run.config_path):
             raise FileNotFoundError(f"{run.path}: not a run folder (no config.yaml)")
+        version = run.format_version()  # before anything is written: a refused folder stays as it is
         if for_writing:
             run.lock()
-        try:
-            version = run.format_version()
-            if for_writing and version == 0:
-                run._write_manifest(migrated_from=0)
-        except BaseException:
-            run.unlock()
-            raise
+            try:
+                if version == 0:
+                    run._write_manifest(migrated_from=0)
+            except BaseException:
+                run.unlock()
+                raise
         return run
 
     # -- layout version -------------------------------------------------------------

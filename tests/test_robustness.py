@@ -398,6 +398,7 @@ def test_run_folder_of_a_newer_layout_is_refused_and_left_alone(bibtex_run, tmp_
     manifest = json.loads((run / "run.json").read_text())
     assert manifest["version"] == 1
     (run / "run.json").write_text(json.dumps(dict(manifest, version=2, slide_version="9.0")))
+    (run / ".lock").unlink()
     before = _file_digests(run)
     for args in (["train", "--resume", run], ["predict", run, BIBTEX / "test.txt"],
                  ["evaluate", run, BIBTEX / "test.txt"]):
@@ -412,6 +413,7 @@ def test_run_folder_of_a_newer_layout_is_refused_and_left_alone(bibtex_run, tmp_
     r = _slide(["train", "--resume", run], tmp_path)
     assert r.returncode == 2 and 'field "version" must be an integer' in _one_error_line(r)
     assert _file_digests(run) == {**before, "run.json": _file_digests(run)["run.json"]}
+    assert not (run / ".lock").exists()  # not even locked
 
 
 def test_run_folder_of_the_first_layout_is_migrated_and_resumes(tmp_path):
