@@ -1,4 +1,4 @@
-"""Command line: ``slide train | evaluate | predict | config | datasets | plot | compare``.
+"""Command line: ``slide train | evaluate | predict | config | datasets | cache | plot | compare``.
 
 The CLI only parses arguments, calls the Python API (``slide.Network``,
 ``slide.runs``, ``slide.datasets``, ...) and prints. User errors (bad config,
@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence
 from ._util import format_bytes
 
 EXIT_USER_ERROR = 2
+EXIT_WRITE_FAILED = 74  # EX_IOERR: a file could not be written (disk full, size limit)
 EXIT_INTERRUPTED = 130
 
 
@@ -26,10 +27,11 @@ class UsageError(Exception):
 
 def _user_error_types():
     from .config import ConfigError
+    from .runs import RunFolderBusy
 
-    # slide.DataError (malformed data) and ConfigError are ValueErrors; the API raises
-    # ValueError only for bad input, never for its own faults.
-    return (ConfigError, ValueError, FileNotFoundError, FileExistsError, MemoryError, UsageError)
+    # slide.DataError (malformed data), ConfigError and RunFormatError are ValueErrors; the
+    # API raises ValueError only for bad input, never for its own faults.
+    return (ConfigError, ValueError, FileNotFoundError, FileExistsError, MemoryError, UsageError, RunFolderBusy)
 
 
 def _eprint(*parts) -> None:
@@ -130,7 +132,7 @@ def cmd_train(args) -> int:
         if args.config or args.set or args.out:
             raise UsageError("--resume takes the configuration from the run folder; "
                              "do not pass CONFIG, --set or --out with it")
-        run = runs.RunDir.open(args.resume)
+        run = runs.RunDir.open(args.resume, for_writing=True)  # locked for this process
         config = run.config()
         runs.validate_config(config, source=run.config_path)
         if run.checkpoints.latest() is None:
@@ -149,11 +151,11 @@ def cmd_train(args) -> int:
 
             memory.check_fits(config, data[0].num_features, data[0].num_labels)
         out = args.out or runs.default_run_dir(path)
-        if os.path.exists(os.path.join(out, "config.yaml")):
-            raise FileExistsError(f"{out} already holds a run; choose another --out or --resume it")
-        # Everything that can fail on user input has been checked: only now write.
+        # Everything that can fail on user input has been checked: only now write
+        # (under the folder's lock, which refuses a second process given the same --out).
         run = runs.RunDir.create(out, config)
 
+    args._run_dir = run.path  # for the resume hint after a failed write
     if not args.quiet:
         _eprint(f"run folder: {run.path}")
     progress = _make_progress(args.quiet)
@@ -183,20 +185,44 @@ def cmd_train(args) -> int:
 
 # ---------------------------------------------------------------------- evaluate / predict
 
-def _load_model_and_data(model: str, data: str):
-    from . import Network, runs
-    from .data import load_dataset
+def _load_model_and_data(model: str, data: str, *, labels_needed: bool):
+    """The network and the data file, refused when their shapes disagree.
 
-    net = Network.load(runs.resolve_model(model))
+    An XC header must declare the model's feature and label counts (for predict,
+    0 labels is accepted: a file without labels); a libsvm file has no header, so
+    its largest ids must fit the model.
+    """
+    from . import Network, runs
+    from .data import Dataset, load_dataset
+
+    model_path = runs.resolve_model(model)
+    net = Network.load(model_path)
     if not os.path.exists(data):
         raise FileNotFoundError(f"data file not found: {data}")
+    model_shape = f"the model {model_path} has {net.num_features} features and {net.num_labels} labels"
+    header = runs.read_data_header(data) if os.path.isfile(data) else None
+    if header is not None:
+        _, nf, nl = header
+        if nf != net.num_features or (nl != net.num_labels and (labels_needed or nl != 0)):
+            raise UsageError(f"{data}: its header declares {nf} features and {nl} labels, but {model_shape}")
     ds = load_dataset(data)
+    if header is None and (ds.num_features > net.num_features or ds.num_labels > net.num_labels):
+        needs = []
+        if ds.num_features > net.num_features:  # libsvm feature ids are 1-based
+            needs.append(f"its largest feature id, {ds.num_features}, needs {ds.num_features} features")
+        if ds.num_labels > net.num_labels:
+            needs.append(f"its largest label id, {ds.num_labels - 1}, needs {ds.num_labels} labels")
+        raise UsageError(f"{data}: (libsvm, no header) {' and '.join(needs)}, but {model_shape}")
+    if (ds.num_features, ds.num_labels) != (net.num_features, net.num_labels):
+        # a narrower libsvm file, or labels absent from a file to predict: widen to the model
+        ds = Dataset(ds.features, ds.labels, num_features=net.num_features,
+                     num_labels=net.num_labels)
     return net, ds
 
 
 def cmd_evaluate(args) -> int:
     ks = _parse_ks(args.k)
-    net, ds = _load_model_and_data(args.model, args.data)
+    net, ds = _load_model_and_data(args.model, args.data, labels_needed=True)
     metrics = {k: float(v) for k, v in net.evaluate(ds, k=tuple(ks)).items()}
     print(f"{args.data}: {len(ds)} points")
     print(_metrics_table(metrics, ks))
@@ -212,7 +238,7 @@ def cmd_predict(args) -> int:
         raise UsageError(f"-k must be a positive integer, got {args.k}")
     if args.batch < 1:
         raise UsageError(f"--batch must be a positive integer, got {args.batch}")
-    net, ds = _load_model_and_data(args.model, args.data)
+    net, ds = _load_model_and_data(args.model, args.data, labels_needed=False)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         # Batches keep memory flat and let a large test set stream to the file.
@@ -294,6 +320,35 @@ def cmd_datasets(args) -> int:
     elif isinstance(paths, dict):
         for k, p in paths.items():
             print(f"  {k}: {p}")
+    return 0
+
+
+# ---------------------------------------------------------------------- cache
+
+def cmd_cache(args) -> int:
+    import time
+
+    from . import data
+
+    root = data.default_cache_dir()
+    if args.action == "clear":
+        n, size = data.clear_cache()
+        print(f"removed {n} cache entr{'y' if n == 1 else 'ies'} ({format_bytes(size)}) from {root}")
+        return 0
+    entries = data.cache_entries()
+    total = sum(e["bytes"] for e in entries)
+    limit = data.cache_max_bytes()
+    print(f"{root}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, {format_bytes(total)} "
+          f"(cap {format_bytes(limit)}, SLIDE_CACHE_MAX_BYTES); least recently used first")
+    for e in entries:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e["last_used"]))
+        if not e["complete"]:
+            state = "incomplete"
+        elif e.get("source_changed"):
+            state = "stale (source changed or gone)"
+        else:
+            state = f"{e['points']} points"
+        print(f"{format_bytes(e['bytes']):>10}  {when}  {e['source'] or os.path.basename(e['path'])}  {state}")
     return 0
 
 
@@ -390,6 +445,16 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--seed", type=int, default=0)
     d.set_defaults(func=cmd_datasets)
 
+    ca = sub.add_parser("cache", parents=[debug], help="list or clear the parsed-data cache",
+                        description="The cache of parsed data files ($SLIDE_CACHE_DIR, default ~/.cache/slide), "
+                                    "capped at $SLIDE_CACHE_MAX_BYTES (default 2 GiB, least recently used "
+                                    "entries evicted first).")
+    casub = ca.add_subparsers(dest="action", metavar="ACTION")
+    casub.required = True
+    casub.add_parser("list", parents=[debug], help="entries, their size, last use and source file")
+    casub.add_parser("clear", parents=[debug], help="remove every entry")
+    ca.set_defaults(func=cmd_cache)
+
     pl = sub.add_parser("plot", parents=[debug], help="P@1 and loss against wall time for runs")
     pl.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (or compare folders)")
     pl.add_argument("-o", "--output", required=True, metavar="FILE.png")
@@ -434,6 +499,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError:
             pass
         return 0
+    except OSError as e:
+        # Disk full, file size limit, permissions: one line naming the file and the cause.
+        # What was complete before (checkpoints, the model) is intact (slide.runs).
+        if debug:
+            raise
+        from .runs import RunDir, RunWriteError
+
+        if isinstance(e, RunWriteError):
+            msg = str(e)
+        else:
+            where = f"{e.filename}: " if e.filename else ""
+            msg = f"{where}{e.strerror or e}"
+        hint = ""
+        if getattr(args, "command", None) == "train":
+            run_dir = getattr(args, "resume", None) or getattr(args, "_run_dir", None)
+            if run_dir and RunDir(run_dir).checkpoints.latest() is not None:
+                hint = f"; once there is room, continue with: slide train --resume {run_dir}"
+        _eprint(f"slide {args.command}: error: {msg}{hint}")
+        return EXIT_WRITE_FAILED
 
 
 if __name__ == "__main__":  # pragma: no cover

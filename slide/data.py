@@ -18,6 +18,9 @@ import hashlib
 import json
 import logging
 import os
+import re
+import shutil
+import time
 from pathlib import Path
 from typing import Optional, Union
 
@@ -29,7 +32,8 @@ from ._io import atomic_path, atomic_write
 
 DataError = _core.DataError
 
-__all__ = ["Dataset", "DataError", "load_dataset", "default_cache_dir"]
+__all__ = ["Dataset", "DataError", "load_dataset", "default_cache_dir", "cache_max_bytes", "cache_entries",
+           "clear_cache"]
 
 log = logging.getLogger("slide.data")
 
@@ -268,6 +272,117 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "slide"
 
 
+DEFAULT_CACHE_MAX_BYTES = 2 << 30
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def cache_max_bytes() -> int:
+    """The parse cache's size cap: ``$SLIDE_CACHE_MAX_BYTES`` (bytes, or with a K/M/G/T
+    suffix: ``500M``, ``4G``), default 2 GiB. 0 turns storing off.
+
+    Raises ValueError naming the variable when it is not a size.
+    """
+    text = os.environ.get("SLIDE_CACHE_MAX_BYTES")
+    if text is None or not text.strip():
+        return DEFAULT_CACHE_MAX_BYTES
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, flags=re.IGNORECASE)
+    if not m:
+        raise ValueError(f"SLIDE_CACHE_MAX_BYTES must be a size in bytes such as 2147483648, 500M or 4G, "
+                         f"got {text!r}")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()])
+
+
+def _entries_root(cache_dir: Optional[PathLike]) -> Path:
+    return (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "datasets"
+
+
+def _entry_info(d: Path) -> dict:
+    size = 0
+    newest = 0.0
+    try:
+        for f in d.iterdir():
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            size += st.st_size
+            newest = max(newest, st.st_mtime)
+    except OSError:
+        pass
+    info = {"path": str(d), "bytes": size, "last_used": newest, "source": None, "complete": False,
+            "points": None}
+    try:
+        meta = json.loads((d / "meta.json").read_text())
+        info["last_used"] = (d / "meta.json").stat().st_mtime  # touched on every hit
+        info["source"] = meta["source"]["path"]
+        info["points"] = int(meta["num_points"])
+        info["complete"] = True
+        st = os.stat(info["source"])
+        info["source_changed"] = (st.st_size, st.st_mtime_ns) != (meta["source"]["size"], meta["source"]["mtime_ns"])
+    except FileNotFoundError:
+        info["source_changed"] = True
+    except (OSError, ValueError, KeyError, TypeError):
+        info["source_changed"] = None
+    return info
+
+
+def cache_entries(cache_dir: Optional[PathLike] = None) -> list:
+    """Entries of the parse cache, least recently used first.
+
+    Each is a dict: ``path`` (entry folder), ``bytes``, ``last_used`` (epoch seconds),
+    ``source`` (the parsed file, None for an incomplete entry), ``points``,
+    ``complete`` and ``source_changed`` (the file changed or is gone: the entry will
+    not be used again).
+    """
+    root = _entries_root(cache_dir)
+    try:
+        dirs = [d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")]
+    except OSError:
+        return []
+    return sorted((_entry_info(d) for d in dirs), key=lambda e: e["last_used"])
+
+
+def _remove_entry(path: Path) -> bool:
+    # Renamed away first, so a reader sees the whole entry or none of it; a second
+    # process removing the same entry loses the rename and leaves it alone.
+    grave = path.parent / f".removed-{path.name}-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        os.rename(path, grave)
+    except OSError:
+        return False
+    shutil.rmtree(grave, ignore_errors=True)
+    return True
+
+
+def clear_cache(cache_dir: Optional[PathLike] = None) -> tuple:
+    """Remove every entry of the parse cache; returns ``(entries, bytes)`` removed."""
+    n = size = 0
+    for e in cache_entries(cache_dir):
+        if _remove_entry(Path(e["path"])):
+            n += 1
+            size += e["bytes"]
+    root = _entries_root(cache_dir)
+    if root.is_dir():  # leftovers of removals that a crash interrupted
+        for d in root.iterdir():
+            if d.name.startswith(".removed-"):
+                shutil.rmtree(d, ignore_errors=True)
+    return n, size
+
+
+def _evict(root: Path, limit: int, keep: Path) -> None:
+    """Remove least recently used entries until the cache holds at most ``limit`` bytes."""
+    entries = cache_entries(root.parent)
+    total = sum(e["bytes"] for e in entries)
+    for e in entries:
+        if total <= limit:
+            break
+        if Path(e["path"]) == keep:
+            continue
+        if _remove_entry(Path(e["path"])):
+            log.debug("cache: evicted %s (%d bytes, source %s)", e["path"], e["bytes"], e["source"])
+            total -= e["bytes"]
+
+
 def _dataset_from_arrays(a: dict, num_points: int, num_features: int, num_labels: int) -> Dataset:
     x = _csr(a["feature_values"], a["feature_indices"], a["feature_indptr"], (num_points, num_features))
     y = _csr(np.ones(a["label_indices"].size, dtype=np.float32), a["label_indices"], a["label_indptr"],
@@ -290,7 +405,8 @@ class _Cache:
         ident = {"path": str(source), "version": _CACHE_VERSION, **options}
         key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:40]
         self.source = {**ident, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-        self.dir = root / "datasets" / key
+        self.root = root / "datasets"
+        self.dir = self.root / key
 
     def load(self) -> Optional[Dataset]:
         meta_path = self.dir / "meta.json"
@@ -310,6 +426,10 @@ class _Cache:
                     raise ValueError(f"{name}: fingerprint mismatch")
                 arrays[name] = arr
             n, nf, nl = int(meta["num_points"]), int(meta["num_features"]), int(meta["num_labels"])
+            try:
+                os.utime(meta_path)  # the entry's last use, for least-recently-used eviction
+            except OSError:
+                pass
             if arrays["feature_indptr"].size != n + 1 or arrays["label_indptr"].size != n + 1:
                 raise ValueError("indptr length does not match num_points")
             for prefix, width, values in (("feature", nf, arrays["feature_values"]), ("label", nl, None)):
@@ -322,7 +442,13 @@ class _Cache:
             log.debug("ignoring damaged cache entry %s: %s", self.dir, e)
             return None
 
-    def store(self, arrays: dict, num_points: int, num_features: int, num_labels: int, fmt: str) -> None:
+    def store(self, arrays: dict, num_points: int, num_features: int, num_labels: int, fmt: str,
+              limit: int) -> None:
+        need = sum(np.asarray(arrays[name]).nbytes for name in _ARRAYS)
+        if need > limit:
+            log.debug("cache: %s not stored: %d bytes exceed SLIDE_CACHE_MAX_BYTES %d", self.source["path"], need, limit)
+            self._evict(limit)
+            return
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             info = {}
@@ -336,6 +462,14 @@ class _Cache:
             self._atomic_write("meta.json", lambda f: f.write(text))
         except OSError as e:  # a read-only or full cache directory only costs speed
             log.debug("cannot write cache entry %s: %s", self.dir, e)
+            return
+        self._evict(limit)
+
+    def _evict(self, limit: int) -> None:
+        try:
+            _evict(self.root, limit, keep=self.dir)
+        except OSError as e:
+            log.debug("cache: eviction in %s failed: %s", self.root, e)
 
     def _atomic_write(self, name: str, write) -> None:
         # a cache entry is rebuilt when lost, so it needs no fsync
@@ -356,6 +490,10 @@ def load_dataset(path: PathLike, format: str = "auto", cache: bool = True, num_f
         (``cache_dir``, else ``$SLIDE_CACHE_DIR``, else ``~/.cache/slide``).
         Never written beside the source; an entry is used only while the
         source's path, size and mtime are unchanged and its contents verify.
+        The cache holds at most ``$SLIDE_CACHE_MAX_BYTES`` (default 2 GiB):
+        storing an entry evicts the least recently used ones beyond that.
+        Processes may load the same file at once (entries are written file
+        by file atomically, the manifest last).
     num_features, num_labels : width of the feature / label space. Default:
         the XC header, or for libsvm the largest id + 1. When given, every id
         must be below it.
@@ -376,6 +514,7 @@ def load_dataset(path: PathLike, format: str = "auto", cache: bool = True, num_f
             raise ValueError(f"{arg} must be in [0, 2147483647], got {v}")
     source = Path(os.path.abspath(os.fspath(path)))
     entry = None
+    limit = cache_max_bytes() if cache else 0
     if cache:
         try:
             st = source.stat()
@@ -394,5 +533,5 @@ def load_dataset(path: PathLike, format: str = "auto", cache: bool = True, num_f
         st2 = source.stat()
         # Only an unchanged source may be cached under its (size, mtime) key.
         if (st2.st_size, st2.st_mtime_ns) == (entry.source["size"], entry.source["mtime_ns"]):
-            entry.store(r, n, nf, nl, r["format"])
+            entry.store(r, n, nf, nl, r["format"], limit)
     return _dataset_from_arrays(r, n, nf, nl)

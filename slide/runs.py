@@ -3,6 +3,8 @@
 A run folder holds everything one training run produces::
 
     runs/<config-name>-<timestamp>/
+        run.json         the folder's layout version (RUN_FORMAT_VERSION) and the slide that made it
+        .lock            pid of the process training in it (held with flock while it trains)
         config.yaml      the resolved configuration (absolute data paths)
         metrics.jsonl    one JSON object per evaluation
         summary.json     final metrics, timing and memory, written at the end
@@ -11,28 +13,36 @@ A run folder holds everything one training run produces::
 
 Checkpoints are written to a temporary name, flushed to disk and renamed, so a
 process killed at any instant leaves every complete checkpoint loadable; partial
-files keep a ``.tmp`` suffix and are never mistaken for a checkpoint.
+files keep a ``.tmp`` suffix and are never mistaken for a checkpoint. A write that
+fails (disk full, file size limit) removes what it wrote and raises
+:class:`RunWriteError` naming the path and the cause; earlier checkpoints stay.
 :func:`train_run` is what the CLI calls; a notebook gets the same model from
 ``Network(config).fit(...)`` because both run the same code with the same seed.
 """
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import math
 import os
 import re
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from .callbacks import Callback
 from .config import Config
+from ._util import jsonable as _jsonable, peak_rss_bytes
 from ._io import atomic_path, atomic_write_text
 
 __all__ = [
     "Checkpoint",
     "CheckpointStore",
+    "RUN_FORMAT_VERSION",
+    "RunFolderBusy",
+    "RunFormatError",
+    "RunWriteError",
     "absolute_data_paths",
     "RunDir",
     "RunRecorder",
@@ -48,6 +58,37 @@ __all__ = [
 ]
 
 PathLike = Union[str, os.PathLike]
+
+log = logging.getLogger("slide.runs")
+
+# Layout of a run folder. 0: folders of slide <= 0.1.0 without run.json (checkpoint
+# manifest written before the model); 1: run.json, manifest written after the model.
+RUN_FORMAT_VERSION = 1
+_RUN_MAGIC = "slide-run"
+
+
+class RunFolderBusy(Exception):
+    """Another live process is training in this run folder."""
+
+
+class RunFormatError(ValueError):
+    """The run folder was written in a layout this slide does not read."""
+
+
+class RunWriteError(OSError):
+    """A file of the run could not be written (disk full, file size limit, permissions).
+
+    The message names the file and the cause; what was written before is intact.
+    """
+
+    def __init__(self, path: str, cause: OSError, note: str = ""):
+        reason = cause.strerror or str(cause)
+        super().__init__(cause.errno, f"cannot write {path}: {reason}{note}")
+        self.path = path
+        self.cause = cause
+
+    def __str__(self) -> str:
+        return self.strerror
 
 
 # ---------------------------------------------------------------------- small helpers
@@ -69,21 +110,6 @@ def parse_duration(text: Union[str, int, float]) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"duration must be positive, got {text!r}")
     return value
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident memory of this process so far, in bytes."""
-    try:
-        import resource
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        # Linux reports KiB, macOS bytes.
-        return int(peak if sys.platform == "darwin" else peak * 1024)
-    except ImportError:  # Windows
-        import psutil
-
-        info = psutil.Process().memory_info()
-        return int(getattr(info, "peak_wset", info.rss))
 
 
 def default_run_dir(config_path: Optional[PathLike], root: PathLike = "runs") -> str:
@@ -171,9 +197,11 @@ class Checkpoint:
 class CheckpointStore:
     """The last ``keep`` checkpoints of a run, each complete on disk or absent.
 
-    A checkpoint is ``step-<step>.ckpt`` plus a ``step-<step>.json`` with the run's
-    bookkeeping. The JSON is written first and the model is renamed into place
-    last, so a model file that exists is complete and its JSON exists too.
+    A checkpoint is ``step-<step>.ckpt`` (the model) plus ``step-<step>.json``, its
+    manifest (the run's bookkeeping and the model file's size). The model is renamed
+    into place first and the manifest last: a checkpoint counts only when both exist,
+    so one whose manifest could not be written is never used. (Run folders of format
+    0 wrote the manifest first; there, too, a complete checkpoint has both files.)
     """
 
     def __init__(self, directory: PathLike, keep: int = 2):
@@ -185,8 +213,11 @@ class CheckpointStore:
     def _model_path(self, step: int) -> str:
         return os.path.join(self.directory, f"step-{step:010d}.ckpt")
 
+    def _manifest_path(self, step: int) -> str:
+        return os.path.join(self.directory, f"step-{step:010d}.json")
+
     def list(self) -> List[Checkpoint]:
-        """Complete checkpoints, oldest first."""
+        """Complete checkpoints (model and manifest, sizes agreeing), oldest first."""
         if not os.path.isdir(self.directory):
             return []
         out = []
@@ -195,14 +226,18 @@ class CheckpointStore:
             if not m:
                 continue
             step = int(m.group(1))
-            state: Dict[str, Any] = {}
-            side = os.path.join(self.directory, f"step-{step:010d}.json")
+            path = os.path.join(self.directory, name)
             try:
-                with open(side, "r", encoding="utf-8") as fh:
+                with open(self._manifest_path(step), "r", encoding="utf-8") as fh:
                     state = json.load(fh)
+                size = os.path.getsize(path)
             except (OSError, ValueError):
-                pass
-            out.append(Checkpoint(step, os.path.join(self.directory, name), state))
+                continue
+            if not isinstance(state, dict):
+                continue
+            if "model_bytes" in state and state["model_bytes"] != size:
+                continue
+            out.append(Checkpoint(step, path, state))
         out.sort(key=lambda c: c.step)
         return out
 
@@ -217,7 +252,7 @@ class CheckpointStore:
         complete = {c.step for c in self.list()}
         for name in os.listdir(self.directory):
             p = os.path.join(self.directory, name)
-            m = re.match(r"^step-(\d{10})\.json$", name)
+            m = re.match(r"^step-(\d{10})\.(json|ckpt)$", name)
             if ".tmp" in name or (m and int(m.group(1)) not in complete):
                 try:
                     os.unlink(p)
@@ -226,17 +261,33 @@ class CheckpointStore:
 
     def save(self, net, state: Optional[Dict[str, Any]] = None) -> Checkpoint:
         """Write ``net`` as the newest checkpoint, then drop all but the last ``keep``."""
-        os.makedirs(self.directory, exist_ok=True)
         step = int(net.step)
         final = self._model_path(step)
+        manifest = self._manifest_path(step)
         state = dict(state or {}, step=step, epoch=int(net.epoch))
-        atomic_write_text(os.path.join(self.directory, f"step-{step:010d}.json"), json.dumps(state))
-        # the store does not rely on net.save being atomic itself: a failed write must
-        # never leave a partial file under a checkpoint's name
-        with atomic_path(final) as tmp:
-            net.save(tmp)
+        previous = self.latest()
+        target = final
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            # the store does not rely on net.save being atomic itself: a failed write must
+            # never leave a partial file under a checkpoint's name
+            with atomic_path(final) as tmp:
+                net.save(tmp)
+            state["model_bytes"] = os.path.getsize(final)
+            target = manifest
+            atomic_write_text(manifest, json.dumps(state))
+        except OSError as e:
+            if target == manifest:  # the model is in place but without its manifest: remove it
+                for p in (manifest, final):
+                    try:
+                        os.unlink(p)
+                    except OSError:
+                        pass
+            kept = f"; the previous checkpoint {previous.path} is intact" if previous else ""
+            raise RunWriteError(target, e, kept) from e
         for old in self.list()[:-self.keep]:
-            for p in (old.path, old.path[: -len(".ckpt")] + ".json"):
+            # manifest first: a model left behind by a crash here is swept as partial
+            for p in (self._manifest_path(old.step), old.path):
                 try:
                     os.unlink(p)
                 except OSError:
@@ -246,11 +297,26 @@ class CheckpointStore:
 
 # ---------------------------------------------------------------------- run folder
 
+def _writing(path: str, write: Callable[[], Any]) -> Any:
+    """Run ``write``; an OSError becomes a RunWriteError naming ``path``."""
+    try:
+        return write()
+    except RunWriteError:
+        raise
+    except OSError as e:
+        if isinstance(e, (FileNotFoundError, FileExistsError)) and e.errno not in (errno.ENOSPC, errno.EFBIG):
+            raise
+        raise RunWriteError(path, e) from e
+
+
 class RunDir:
     """Files of one run folder (see the module docstring)."""
 
     def __init__(self, path: PathLike):
         self.path = os.fspath(path)
+        self.manifest_path = os.path.join(self.path, "run.json")
+        self.lock_path = os.path.join(self.path, ".lock")
+        self._lock_fd: Optional[int] = None
         self.config_path = os.path.join(self.path, "config.yaml")
         self.metrics_path = os.path.join(self.path, "metrics.jsonl")
         self.summary_path = os.path.join(self.path, "summary.json")
@@ -258,33 +324,149 @@ class RunDir:
         self.checkpoints = CheckpointStore(os.path.join(self.path, "checkpoints"))
 
     @classmethod
-    def create(cls, path: PathLike, config: Config) -> "RunDir":
-        """Make a new run folder holding the resolved configuration."""
+    def create(cls, path: PathLike, config: Config, *, lock: bool = True) -> "RunDir":
+        """Make a new run folder holding the resolved configuration.
+
+        With ``lock`` the folder is locked for this process first (see :meth:`lock`),
+        so two processes told the same ``--out`` cannot both start a run in it.
+        """
         run = cls(path)
-        if os.path.exists(run.config_path):
-            raise FileExistsError(f"{run.path} already holds a run; use --resume to continue it")
-        os.makedirs(run.checkpoints.directory, exist_ok=True)
-        atomic_write_text(run.config_path, config.to_yaml())
+        _writing(run.path, lambda: os.makedirs(run.path, exist_ok=True))
+        if lock:
+            run.lock()
+        try:
+            if os.path.exists(run.config_path):
+                raise FileExistsError(f"{run.path} already holds a run; choose another --out or --resume it")
+            _writing(run.checkpoints.directory, lambda: os.makedirs(run.checkpoints.directory, exist_ok=True))
+            run._write_manifest()
+            _writing(run.config_path, lambda: atomic_write_text(run.config_path, config.to_yaml()))
+        except BaseException:
+            run.unlock()
+            raise
         return run
 
     @classmethod
-    def open(cls, path: PathLike) -> "RunDir":
-        """An existing run folder (for ``--resume``, ``slide plot``)."""
+    def open(cls, path: PathLike, *, for_writing: bool = False) -> "RunDir":
+        """An existing run folder (for ``--resume``, ``slide plot``).
+
+        Raises :class:`RunFormatError` for a folder of a layout this slide does not
+        read. ``for_writing`` (``--resume``) locks the folder and records the current
+        layout in a folder of format 0, whose files this version reads unchanged.
+        """
         run = cls(path)
         if not os.path.isdir(run.path):
             raise FileNotFoundError(f"run folder not found: {run.path}")
         if not os.path.exists(run.config_path):
             raise FileNotFoundError(f"{run.path}: not a run folder (no config.yaml)")
+        version = run.format_version()  # before anything is written: a refused folder stays as it is
+        if for_writing:
+            run.lock()
+            try:
+                if version == 0:
+                    run._write_manifest(migrated_from=0)
+            except BaseException:
+                run.unlock()
+                raise
         return run
+
+    # -- layout version -------------------------------------------------------------
+    def _write_manifest(self, **extra) -> None:
+        from . import __version__
+
+        doc = {"format": _RUN_MAGIC, "version": RUN_FORMAT_VERSION, "slide_version": __version__, **extra}
+        _writing(self.manifest_path, lambda: atomic_write_text(self.manifest_path, json.dumps(doc, indent=1) + "\n"))
+
+    def format_version(self) -> int:
+        """The folder's layout version: 0 without run.json, else what run.json says.
+
+        Raises RunFormatError naming run.json when it is damaged, foreign, or of a
+        version this slide cannot read (written by a newer slide).
+        """
+        if not os.path.exists(self.manifest_path):
+            self._check_legacy_layout()
+            return 0
+        try:
+            with open(self.manifest_path, "r", encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise RunFormatError(f"{self.manifest_path}: unreadable run manifest ({e})") from None
+        if not isinstance(doc, dict) or doc.get("format") != _RUN_MAGIC:
+            raise RunFormatError(f"{self.manifest_path}: not a slide run manifest "
+                                 f"(expected \"format\": \"{_RUN_MAGIC}\")")
+        version = doc.get("version")
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise RunFormatError(f"{self.manifest_path}: field \"version\" must be an integer, got {version!r}")
+        if version != RUN_FORMAT_VERSION:
+            made_by = doc.get("slide_version")
+            by = f" by slide {made_by}" if made_by else ""
+            raise RunFormatError(
+                f"{self.path}: run folder format {version} (written{by}) is not readable by this slide "
+                f"(reads formats 0-{RUN_FORMAT_VERSION}); use the slide version that wrote it")
+        return version
+
+    def _check_legacy_layout(self) -> None:
+        # format 0 had checkpoints/step-<10 digits>.ckpt|.json and .tmp leftovers only
+        d = self.checkpoints.directory
+        if not os.path.isdir(d):
+            return
+        for name in os.listdir(d):
+            if not (re.match(r"^step-\d{10}\.(ckpt|json)$", name) or ".tmp" in name):
+                raise RunFormatError(f"{self.path}: no run.json and an unknown file checkpoints/{name}: "
+                                     f"not a run folder layout this slide knows; it is left untouched")
+
+    # -- lock -------------------------------------------------------------------------
+    def lock(self) -> None:
+        """Hold the folder for this process until :meth:`unlock` or exit.
+
+        An advisory ``flock`` on ``.lock``, which also records the holder's pid. The
+        kernel drops the lock when the holder dies, so a lock file left by a killed
+        process is simply taken over. Raises :class:`RunFolderBusy` naming the pid.
+        """
+        if self._lock_fd is not None:
+            return
+        try:
+            import fcntl
+        except ImportError:  # no flock on this platform: no protection, as before
+            return
+        fd = _writing(self.lock_path, lambda: os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                os.close(fd)
+                raise RunWriteError(self.lock_path, e) from e
+            holder = _read_pid(fd)
+            os.close(fd)
+            who = f"process {holder}" if holder else "another process"
+            raise RunFolderBusy(f"{self.path} is in use by {who} (lock {self.lock_path}); "
+                                f"wait for it to finish or stop it") from None
+        stale = _read_pid(fd)
+        if stale and stale != os.getpid():
+            log.info("%s: taking over the lock of process %d, which no longer holds it", self.path, stale)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as e:
+            os.close(fd)
+            raise RunWriteError(self.lock_path, e) from e
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock; the file stays (removing it would race)
+            self._lock_fd = None
 
     def config(self) -> Config:
         return Config.from_yaml(self.config_path)
 
     def append_metrics(self, record: Dict[str, Any]) -> None:
-        with open(self.metrics_path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(_jsonable(record)) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        def append():
+            with open(self.metrics_path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(_jsonable(record)) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+
+        _writing(self.metrics_path, append)
 
     def read_metrics(self) -> List[Dict[str, Any]]:
         """Records of metrics.jsonl; a line cut short by a crash is skipped."""
@@ -305,10 +487,12 @@ class RunDir:
     def truncate_metrics(self, max_step: int) -> None:
         """Keep the records up to ``max_step``: what a resumed run will redo is dropped."""
         kept = [r for r in self.read_metrics() if int(r.get("step", 0)) <= max_step]
-        atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
+        _writing(self.metrics_path,
+                 lambda: atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept)))
 
     def write_summary(self, summary: Dict[str, Any]) -> None:
-        atomic_write_text(self.summary_path, json.dumps(_jsonable(summary), indent=2) + "\n")
+        _writing(self.summary_path,
+                 lambda: atomic_write_text(self.summary_path, json.dumps(_jsonable(summary), indent=2) + "\n"))
 
     def read_summary(self) -> Optional[Dict[str, Any]]:
         if not os.path.exists(self.summary_path):
@@ -317,17 +501,12 @@ class RunDir:
             return json.load(fh)
 
 
-def _jsonable(obj):
-    # numpy scalars and arrays inside metric records
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, float) and not math.isfinite(obj):
+def _read_pid(fd: int) -> Optional[int]:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
         return None
-    return obj
+    return int(text) if text.isdigit() else None
 
 
 def resolve_model(path: PathLike) -> str:
@@ -335,6 +514,8 @@ def resolve_model(path: PathLike) -> str:
     path = os.fspath(path)
     if os.path.isdir(path):
         run = RunDir(path)
+        if os.path.exists(run.config_path):
+            run.format_version()  # refuses a layout it would misread
         if os.path.exists(run.model_path):
             return run.model_path
         ck = run.checkpoints.latest()
@@ -430,13 +611,15 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
     start_step = int(net.step)
 
     recorder = RunRecorder(run, config, seconds_offset=seconds_offset, on_record=on_record)
+    if resume:
+        recorder.last_checkpoint_step = start_step  # that state is on disk already
     history = net.fit(train, valid=valid, test=test, callbacks=[recorder, *callbacks])
     wall_seconds = recorder.elapsed()
 
     eval_set, eval_name = (test, "test") if test is not None else \
         ((valid, "valid") if valid is not None else (train, "train"))
     final = net.evaluate(eval_set, k=tuple(config.eval.k))
-    net.save(run.model_path)  # atomic: temporary file, fsync, rename
+    _writing(run.model_path, lambda: net.save(run.model_path))  # atomic: temporary file, fsync, rename
 
     records = run.read_metrics()
     epochs_done = int(net.epoch)

@@ -48,6 +48,9 @@ def _tiny(seed=0, n=6, d=9, labels=5):
 
 # ---------------------------------------------------------------------- dense torch baseline
 
+NEEDS_TORCH = "the dense PyTorch baseline needs torch: pip install -e '.[test,torch]'"
+
+
 def test_missing_torch_says_how_to_install(monkeypatch):
     from slide.baselines import torch_dense
     _block_import(monkeypatch, "torch")
@@ -56,7 +59,7 @@ def test_missing_torch_says_how_to_install(monkeypatch):
 
 
 def test_embedding_bag_forward_equals_dense_matmul():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NEEDS_TORCH)
     from slide.baselines.torch_dense import TorchDenseTrainer
     x, _ = _tiny()
     cfg = Config.from_dict({"layers": [{"size": 4, "activation": "relu", "sampling": "dense"},
@@ -89,7 +92,7 @@ def test_embedding_bag_forward_equals_dense_matmul():
 
 
 def test_loss_is_cross_entropy_with_mass_one_over_num_labels_and_skips_unlabelled_points():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NEEDS_TORCH)
     from slide.baselines.torch_dense import TorchDenseTrainer
     x, y = _tiny()
     y = y.toarray()
@@ -111,7 +114,7 @@ def test_loss_is_cross_entropy_with_mass_one_over_num_labels_and_skips_unlabelle
 
 
 def test_cuda_asked_without_a_device_is_a_clear_error():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NEEDS_TORCH)
     from slide.baselines.torch_dense import TorchDenseTrainer
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
@@ -120,7 +123,7 @@ def test_cuda_asked_without_a_device_is_a_clear_error():
 
 
 def test_torch_baseline_learns_bibtex(bibtex):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NEEDS_TORCH)
     from slide.baselines.torch_dense import TorchDenseTrainer
     train, test = bibtex
     cfg = Config.from_dict({"layers": HIDDEN_128, "training": {"threads": 1, "seed": 3, "dropout": 0.0},

@@ -24,7 +24,7 @@ def _config(**training):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="compare --baseline torch needs torch: pip install -e '.[test,torch]'")
 def test_compare_writes_json_table_and_plot(tmp_path):
     from slide.baselines.compare import run_compare
 
@@ -156,7 +156,7 @@ def test_default_marks_cover_the_budget_densely_early():
     assert m[0] < 30 and m[-1] == 600 and m == sorted(set(m))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="compare --baseline torch needs torch: pip install -e '.[test,torch]'")
 def test_compare_in_process_on_in_memory_datasets(tmp_path):
     from slide.baselines.compare import run_compare
     from slide.data import load_dataset

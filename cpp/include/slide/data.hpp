@@ -92,7 +92,8 @@ struct LoadedData {
 // line are rejected with DataError (summing or keeping one would silently
 // change the data). Polls interrupt_requested() from worker threads and throws
 // Interrupted, so a caller from Python must have released the GIL. The file is
-// memory-mapped: it must not be truncated while it is being read.
+// read with pread(), never mapped: one that shrinks or changes while it is read
+// (size or mtime differ afterwards) raises DataError naming it, never SIGBUS.
 LoadedData read_dataset(const std::string& path, const ReadOptions& options);
 
 // Same parser over text already in memory; `name` stands for the path in messages.

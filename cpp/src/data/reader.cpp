@@ -1,11 +1,17 @@
 // Parallel readers for the XC and libsvm multilabel text formats (see data.hpp).
 //
-// The file is memory-mapped and cut into chunks at line boundaries; each thread
-// parses whole chunks into scratch arrays, then every chunk is copied into the
-// exact-size result and its scratch freed. Scratch arrays are anonymous
-// mappings sized by a provable upper bound (so they never reallocate) and are
-// unmapped as soon as they are copied, and the parsed part of the file is
-// dropped from memory chunk by chunk: peak memory stays close to the result.
+// The file is cut into chunks at line boundaries; each thread reads whole
+// chunks with pread() into a buffer of its own and parses them into scratch
+// arrays, then every chunk is copied into the exact-size result and its scratch
+// freed. Scratch arrays are anonymous mappings sized by a provable upper bound
+// (so they never reallocate) and are unmapped as soon as they are copied; a
+// chunk's text lives only while it is parsed: peak memory stays close to the
+// result.
+//
+// The file is read, never memory-mapped: touching a mapped page past the end of
+// a file that another process truncated meanwhile raises SIGBUS, which kills
+// the process. A short read instead becomes a DataError naming the file, and
+// the file's size and mtime are compared before and after reading.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -101,63 +107,94 @@ class MappedArray {
   size_t capacity_ = 0;
 };
 
-// Maps a whole file read-only; unmapped on destruction.
-class MappedFile {
+// The text to parse: a file read with pread() (several threads may read at
+// once) or bytes already in memory. read() returns a pointer to [offset,
+// offset + len): into the memory itself, or into `buf`, filled from the file.
+class TextSource {
  public:
-  explicit MappedFile(const std::string& path) {
+  TextSource(const char* data, size_t size, std::string name) : memory_(data), size_(size), name_(std::move(name)) {}
+
+  static TextSource open_file(const std::string& path) {
+    TextSource src(nullptr, 0, path);
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       int err = errno;
       throw FileNotFound(path + ": " + std::strerror(err));
     }
-    struct stat st {};
-    if (fstat(fd, &st) != 0) {
+    src.fd_ = fd;  // closed by the destructor from here on
+    if (fstat(fd, &src.st_) != 0) {
       int err = errno;
-      ::close(fd);
       throw FileNotFound(path + ": " + std::strerror(err));
     }
-    if (S_ISDIR(st.st_mode)) {
-      ::close(fd);
-      throw InvalidArgument(path + ": is a directory, not a dataset file");
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      throw InvalidArgument(path + ": not a regular file");
-    }
-    size_ = static_cast<size_t>(st.st_size);
-    if (size_ > 0) {
-      void* p = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (p == MAP_FAILED) {
-        int err = errno;
-        ::close(fd);
-        throw Error(path + ": cannot map file: " + std::strerror(err));
-      }
-      data_ = static_cast<const char*>(p);
-      madvise(const_cast<char*>(data_), size_, MADV_SEQUENTIAL);
-    }
-    ::close(fd);
+    if (S_ISDIR(src.st_.st_mode)) throw InvalidArgument(path + ": is a directory, not a dataset file");
+    if (!S_ISREG(src.st_.st_mode)) throw InvalidArgument(path + ": not a regular file");
+    src.size_ = static_cast<size_t>(src.st_.st_size);
+#ifdef POSIX_FADV_SEQUENTIAL
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+    return src;
   }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  ~MappedFile() {
-    if (data_ != nullptr) munmap(const_cast<char*>(data_), size_);
+  TextSource(const TextSource&) = delete;
+  TextSource& operator=(const TextSource&) = delete;
+  TextSource(TextSource&& o) noexcept
+      : memory_(o.memory_), size_(o.size_), name_(std::move(o.name_)), fd_(o.fd_), st_(o.st_) {
+    o.fd_ = -1;
   }
-  const char* data() const noexcept { return data_; }
+  TextSource& operator=(TextSource&&) = delete;
+  ~TextSource() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
   size_t size() const noexcept { return size_; }
+  const std::string& name() const noexcept { return name_; }
+
+  const char* read(size_t offset, size_t len, std::vector<char>& buf) const {
+    if (fd_ < 0) return memory_ + offset;
+    buf.resize(len);
+    size_t done = 0;
+    while (done < len) {
+      const ssize_t r = ::pread(fd_, buf.data() + done, len - done, static_cast<off_t>(offset + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        throw DataError(name_ + ": cannot read the file: " + std::strerror(err));
+      }
+      if (r == 0) throw changed("a read found no data at byte " + std::to_string(offset + done));
+      done += static_cast<size_t>(r);
+    }
+    return buf.data();
+  }
+
+  // Throws when the file's size or modification time differs from when it was
+  // opened: the parts read may then come from different versions of it.
+  void check_unchanged() const {
+    if (fd_ < 0) return;
+    struct stat now {};
+    if (fstat(fd_, &now) != 0) {
+      int err = errno;
+      throw DataError(name_ + ": cannot read the file: " + std::strerror(err));
+    }
+    if (now.st_size != st_.st_size || now.st_mtim.tv_sec != st_.st_mtim.tv_sec ||
+        now.st_mtim.tv_nsec != st_.st_mtim.tv_nsec) {
+      throw changed("it was modified");
+    }
+  }
 
  private:
-  const char* data_ = nullptr;
-  size_t size_ = 0;
-};
+  DataError changed(const std::string& what) const {
+    struct stat now {};
+    std::string size_now;
+    if (fstat(fd_, &now) == 0) size_now = ", now " + std::to_string(now.st_size);
+    return DataError(name_ + ": the file changed while it was being read (" + what + "; " +
+                     std::to_string(size_) + " bytes when opened" + size_now + "); read it again once it is complete");
+  }
 
-// Drops the whole pages of [begin, end) of a read-only file mapping from this
-// process's memory; they are read again from the page cache if touched.
-void release_pages(const char* begin, const char* end) noexcept {
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  uintptr_t b = (reinterpret_cast<uintptr_t>(begin) + page - 1) & ~(page - 1);
-  uintptr_t e = reinterpret_cast<uintptr_t>(end) & ~(page - 1);
-  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
-}
+  const char* memory_ = nullptr;
+  size_t size_ = 0;
+  std::string name_;
+  int fd_ = -1;
+  struct stat st_ {};
+};
 
 inline bool is_blank(char c) noexcept { return c == ' ' || c == '\t'; }
 
@@ -282,8 +319,8 @@ struct Setup {
 };
 
 struct Chunk {
-  const char* begin = nullptr;
-  const char* end = nullptr;
+  size_t offset = 0;  // the chunk's bytes in the source
+  size_t length = 0;
   MappedArray<int64_t> feature_ptr;  // local offsets, rows + 1
   MappedArray<int32_t> feature_ids;
   MappedArray<float> feature_values;
@@ -293,6 +330,7 @@ struct Chunk {
   int64_t last_nonblank = -1;  // local row index
   int64_t max_feature = -1;
   int64_t max_label = -1;
+  bool complete = false;  // every line parsed (rows counts them all)
   bool failed = false;
   int64_t error_line = 0;  // 1-based, local to the chunk
   std::string error;
@@ -415,11 +453,12 @@ void parse_line(const char* p, const char* e, const Setup& s, Chunk& c,
   }
 }
 
-void parse_chunk(Chunk& c, const Setup& s, std::atomic<bool>& stop) {
+void parse_chunk(Chunk& c, const char* text, const Setup& s, std::atomic<bool>& stop) {
   // Upper bounds make the scratch arrays fixed-size: every line but the last
   // ends in '\n'; a feature takes at least 4 bytes ("1:1" and a separator),
   // a label at least 2 (a digit and a separator).
-  const size_t bytes = static_cast<size_t>(c.end - c.begin);
+  const size_t bytes = c.length;
+  const char* const text_end = text + bytes;
   c.feature_ptr = MappedArray<int64_t>(bytes + 2);
   c.label_ptr = MappedArray<int64_t>(bytes + 2);
   c.feature_ids = MappedArray<int32_t>(bytes / 4 + 2);
@@ -428,12 +467,12 @@ void parse_chunk(Chunk& c, const Setup& s, std::atomic<bool>& stop) {
   c.feature_ptr.push_back(0);
   c.label_ptr.push_back(0);
   std::vector<std::pair<int32_t, float>> scratch;
-  const char* p = c.begin;
+  const char* p = text;
   int64_t line = 0;
-  while (p < c.end) {
-    const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(c.end - p)));
-    const char* le = nl ? nl : c.end;
-    const char* next = nl ? nl + 1 : c.end;
+  while (p < text_end) {
+    const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(text_end - p)));
+    const char* le = nl ? nl : text_end;
+    const char* next = nl ? nl + 1 : text_end;
     while (le > p && (le[-1] == '\r' || is_blank(le[-1]))) --le;
     ++line;
     if ((line & 0x3fff) == 0) {
@@ -458,6 +497,7 @@ void parse_chunk(Chunk& c, const Setup& s, std::atomic<bool>& stop) {
     c.label_ptr.push_back(static_cast<int64_t>(c.label_ids.size()));
     p = next;
   }
+  c.complete = true;
 }
 
 // Lines that start in [b, e), where e is a line start or the end of the text.
@@ -480,8 +520,27 @@ bool all_digits(const char* b, const char* e) noexcept {
   return true;
 }
 
-LoadedData parse_text(const char* data, size_t size, const std::string& name, const ReadOptions& opt,
-                      bool drop_pages) {
+// False once [b, e) shows that the line it starts cannot be a header: a character
+// other than a digit or a blank, or a fourth token.
+bool may_be_header(const char* b, const char* e) noexcept {
+  int tokens = 0;
+  bool in_token = false;
+  for (; b < e; ++b) {
+    if (*b >= '0' && *b <= '9') {
+      if (!in_token && ++tokens > 3) return false;
+      in_token = true;
+    } else if (is_blank(*b) || *b == '\r') {
+      in_token = false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+LoadedData parse_text(const TextSource& src, const ReadOptions& opt) {
+  const std::string& name = src.name();
+  const size_t size = src.size();
   auto fail = [&name](int64_t line, const std::string& what) -> DataError {
     return DataError(name + ":" + std::to_string(line) + ": " + what);
   };
@@ -489,10 +548,19 @@ LoadedData parse_text(const char* data, size_t size, const std::string& name, co
   if (opt.num_labels > kMaxWidth) throw InvalidArgument("num_labels must be at most 2147483647");
   if (size == 0) throw fail(1, "empty file (expected a header '<num_points> <num_features> <num_labels>' or data lines)");
 
-  // Line 1 decides the format: a header is exactly three integers.
-  const char* end = data + size;
-  const char* nl1 = static_cast<const char*>(std::memchr(data, '\n', size));
-  const char* e1 = nl1 ? nl1 : end;
+  // Line 1 decides the format: a header is exactly three integers. Read as much
+  // of it as that takes (a libsvm file's first data line may be long).
+  std::vector<char> head_buf;
+  size_t head_len = std::min<size_t>(size, 1 << 16);
+  const char* data = nullptr;
+  const char* nl1 = nullptr;
+  while (true) {
+    data = src.read(0, head_len, head_buf);
+    nl1 = static_cast<const char*>(std::memchr(data, '\n', head_len));
+    if (nl1 != nullptr || head_len == size || !may_be_header(data, data + head_len)) break;
+    head_len = std::min<size_t>(size, head_len * 2);
+  }
+  const char* e1 = nl1 ? nl1 : data + head_len;
   while (e1 > data && (e1[-1] == '\r' || is_blank(e1[-1]))) --e1;
   const char* tok[4];
   const char* tok_end[4];
@@ -513,7 +581,7 @@ LoadedData parse_text(const char* data, size_t size, const std::string& name, co
   s.libsvm = out.format == DataFormat::kLibSVM;
   int64_t declared_points = -1;
   int64_t header_lines = 0;
-  const char* body = data;
+  size_t body = 0;  // offset of the first data line
   if (!s.libsvm) {
     if (!header_like) {
       throw fail(1, "header must be three integers '<num_points> <num_features> <num_labels>', found " +
@@ -532,8 +600,9 @@ LoadedData parse_text(const char* data, size_t size, const std::string& name, co
     s.label_limit = v[2];
     s.features_given = s.labels_given = true;
     header_lines = 1;
-    body = nl1 ? nl1 + 1 : end;
+    body = nl1 ? static_cast<size_t>(nl1 - data) + 1 : size;  // a header line was read whole
   }
+  head_buf = std::vector<char>();  // a long first line of a libsvm file
   if (opt.num_features >= 0) {
     s.feature_limit = opt.num_features;
     s.features_given = true;
@@ -543,27 +612,40 @@ LoadedData parse_text(const char* data, size_t size, const std::string& name, co
     s.labels_given = true;
   }
 
-  // Chunks own the lines that start inside them: about 4 MiB each, at least
-  // four per thread when the file is large enough to be worth splitting.
+  // Chunks own the lines that start inside them: about 1 MiB each (a thread holds
+  // one chunk's text at a time), at least four per thread when the file is large
+  // enough to be worth splitting.
   const int threads = resolve_threads(opt.num_threads);
-  const size_t body_size = static_cast<size_t>(end - body);
-  size_t nchunks = std::max<size_t>(body_size >> 22, static_cast<size_t>(threads) * 4);
+  const size_t body_size = size - body;
+  size_t nchunks = std::max<size_t>(body_size >> 20, static_cast<size_t>(threads) * 4);
   nchunks = std::min<size_t>(nchunks, std::max<size_t>(1, body_size >> 16));
   nchunks = std::min<size_t>(nchunks, 1 << 12);  // each chunk holds five mappings: stay far below vm.max_map_count
   std::vector<Chunk> chunks(nchunks);
-  const char* prev_end = body;
+  std::vector<char> scan_buf;
+  size_t prev_end = body;
   for (size_t k = 0; k < nchunks; ++k) {
-    const char* b = prev_end;
-    const char* e = k + 1 == nchunks ? end : body + body_size / nchunks * (k + 1);
+    const size_t b = prev_end;
+    size_t e = k + 1 == nchunks ? size : body + body_size / nchunks * (k + 1);
     if (e < b) e = b;
-    if (e > b && e < end && e[-1] != '\n') {
-      const char* nl = static_cast<const char*>(std::memchr(e, '\n', static_cast<size_t>(end - e)));
-      e = nl ? nl + 1 : end;
+    // Move e to the next line start, reading forward in windows.
+    if (e > b && e < size && *src.read(e - 1, 1, scan_buf) != '\n') {
+      while (true) {
+        const size_t len = std::min<size_t>(size - e, 1 << 16);
+        const char* w = src.read(e, len, scan_buf);
+        const char* nl = static_cast<const char*>(std::memchr(w, '\n', len));
+        if (nl != nullptr) {
+          e += static_cast<size_t>(nl - w) + 1;
+          break;
+        }
+        e += len;
+        if (e == size) break;
+      }
     }
-    chunks[k].begin = b;
-    chunks[k].end = e;
+    chunks[k].offset = b;
+    chunks[k].length = e - b;
     prev_end = e;
   }
+  scan_buf = std::vector<char>();
 
   // No more threads than chunks: waking idle threads costs more than a small file.
   const int team = static_cast<int>(std::min<size_t>(static_cast<size_t>(threads), nchunks));
@@ -574,16 +656,28 @@ LoadedData parse_text(const char* data, size_t size, const std::string& name, co
     catcher.run([&] {
       Chunk& c = chunks[static_cast<size_t>(k)];
       if (stop.load(std::memory_order_relaxed)) return;
-      parse_chunk(c, s, stop);
-      if (drop_pages) release_pages(c.begin, c.end);
+      std::vector<char> buf;  // this chunk's text, freed once it is parsed
+      parse_chunk(c, src.read(c.offset, c.length, buf), s, stop);
     });
   }
   catcher.rethrow();
+  // A file changed under the reader would otherwise surface as a misleading line error.
+  src.check_unchanged();
   for (size_t k = 0; k < nchunks; ++k) {
     if (!chunks[k].failed) continue;
     // Every earlier chunk either finished or stopped early: count its lines from the text.
     int64_t line = header_lines;
-    for (size_t j = 0; j < k; ++j) line += count_lines(chunks[j].begin, chunks[j].end);
+    std::vector<char> buf;
+    for (size_t j = 0; j < k; ++j) {
+      const Chunk& c = chunks[j];
+      if (c.complete) {
+        line += c.rows;
+      } else {
+        const char* text = src.read(c.offset, c.length, buf);
+        line += count_lines(text, text + c.length);
+      }
+    }
+    src.check_unchanged();
     throw fail(line + chunks[k].error_line, chunks[k].error);
   }
 
@@ -662,12 +756,11 @@ LoadedData parse_text(const char* data, size_t size, const std::string& name, co
 }  // namespace
 
 LoadedData read_dataset(const std::string& path, const ReadOptions& options) {
-  MappedFile file(path);
-  return parse_text(file.data(), file.size(), path, options, true);
+  return parse_text(TextSource::open_file(path), options);
 }
 
 LoadedData parse_dataset(std::string_view text, const std::string& name, const ReadOptions& options) {
-  return parse_text(text.data(), text.size(), name, options, false);
+  return parse_text(TextSource(text.data(), text.size(), name), options);
 }
 
 }  // namespace slide
