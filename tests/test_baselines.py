@@ -216,3 +216,25 @@ def test_napkinxc_plt_on_bibtex(bibtex):
         assert 0.59 < result["P@1"] < 0.68, result
         assert m.params_summary()["model_bytes"] > 0
     assert not os.path.exists(model_dir)   # the model files go with the model
+
+
+def test_dense_baseline_scores_wide_output_layers_in_small_chunks(monkeypatch):
+    """Evaluating a wide dense model must not allocate all rows x labels scores at once."""
+    torch = pytest.importorskip("torch", reason=NEEDS_TORCH)
+    from slide.baselines import torch_dense
+
+    x, _ = _tiny(n=40, d=9)
+    labels = 300_000
+    cfg = Config.from_dict({"layers": [{"size": 4, "activation": "relu", "sampling": "dense"},
+                                       {"activation": "softmax"}],
+                           "training": {"threads": 1, "dropout": 0.0}})
+    t = torch_dense.TorchDenseTrainer(cfg, x.shape[1], labels)
+    widths = []
+    real_softmax = torch.softmax
+    monkeypatch.setattr(torch, "softmax", lambda p, dim: widths.append(p.shape) or real_softmax(p, dim=dim))
+    top, scores = t.predict_topk(x, k=3)
+    chunk = torch_dense.EVAL_CHUNK_FLOATS // labels
+    assert widths and all(rows <= chunk and cols == labels for rows, cols in widths)
+    whole_top, whole_scores = t.predict_topk(x, k=3, batch_size=x.shape[0])
+    np.testing.assert_array_equal(top, whole_top)
+    np.testing.assert_allclose(scores, whole_scores, rtol=1e-6)

@@ -42,6 +42,9 @@ _INSTALL_HINT = ("the dense PyTorch baseline needs PyTorch: install it with "
                  "`pip install slide[torch]` (or `pip install torch`)")
 
 
+# Scores of one evaluation chunk (rows x labels floats): 64 MiB, far below the model itself.
+EVAL_CHUNK_FLOATS = 1 << 24
+
 def import_torch():
     """Import torch, or raise ImportError saying how to install it."""
     try:
@@ -386,13 +389,18 @@ class TorchDenseTrainer:
         return rec
 
     # ------------------------------------------------------------------ inference
-    def predict_topk(self, X, k: int = 5, batch_size: int = 4096):
+    def predict_topk(self, X, k: int = 5, batch_size: Optional[int] = None):
         """Top-``k`` labels and their softmax probabilities for each row of ``X``.
 
         ``X`` is a CSR matrix (or a Dataset, or anything :func:`as_csr_pair` accepts) of raw
         features: it is scaled as in training. Returns ``(labels int32 [n, k], scores float32
-        [n, k])``, best first.
+        [n, k])``, best first. Rows are scored ``batch_size`` at a time; by default as many as
+        keep one chunk's scores within :data:`EVAL_CHUNK_FLOATS` floats (4,096 rows for a few
+        thousand labels, 25 for 670,091), so that evaluation never sets the peak memory, as a
+        careful user would write it.
         """
+        if batch_size is None:
+            batch_size = max(1, min(4096, EVAL_CHUNK_FLOATS // max(1, self.num_labels)))
         torch = self._torch
         x, _ = as_csr_pair(X)
         x = self._prepare(x)
