@@ -194,7 +194,9 @@ def main(argv=None) -> int:
     print(table)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({
-        "command": " ".join(["python", "benchmarks/suite.py"] + (argv or sys.argv[1:])),
+        # the PECOS interpreter's path is this machine's own: recorded as PY
+        "command": " ".join(["python", "benchmarks/suite.py"] + [
+            "PY" if a == args.pecos_python else a for a in (argv or sys.argv[1:])]),
         "date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(), "threads": args.threads, "rows": rows}, indent=1))
     return 0
