@@ -69,42 +69,35 @@ def worker(system: str, name: str, threads: int) -> dict:
     row = {"set": name, "system": system}
     # the same propensities for every system: from the training labels (as slide computes them)
     props = slide.metrics.propensities(train.labels, 0.55, 1.5)
+    cfg = slide.Config.from_dict({"training": {"threads": threads}})
     if system == "slide":
-        cfg = slide.Config.from_dict({"data": {"train": train_path, "test": test_path},
-                                      "training": {"threads": threads}})
-        net = slide.Network(cfg)
-        t0 = time.perf_counter()
-        hist = net.fit(train)
-        row["train_seconds"] = time.perf_counter() - t0
-        row.update(_scores(net.predict(test, k=max(KS))[0], test, props))
-        row["epochs"] = {"best": hist.best_epoch, "refit": hist.refit_epochs}
+        model = slide.Network(cfg)
+        train_call = model.fit
     elif system == "napkinxc":
         from slide.baselines.napkinxc_plt import NapkinPLT
 
-        model = NapkinPLT({"training": {"threads": threads}})
-        t0 = time.perf_counter()
-        model.fit(train)
-        row["train_seconds"] = time.perf_counter() - t0
-        row.update(_scores(model.predict_topk(test.features, k=max(KS))[0], test, props))
+        model = NapkinPLT(cfg)
+        train_call = model.fit
     elif system == "pecos":
         from slide.baselines.pecos_linear import PecosXLinear
 
-        model = PecosXLinear({"training": {"threads": threads}})
-        t0 = time.perf_counter()
-        model.fit(train)
-        row["train_seconds"] = time.perf_counter() - t0
-        row.update(_scores(model.predict_topk(test.features, k=max(KS))[0], test, props))
+        model = PecosXLinear(cfg)
+        train_call = model.fit
     elif system == "torch":
         from slide.baselines.torch_dense import TorchDenseTrainer
 
-        cfg = slide.Config.from_dict({"training": {"threads": threads}})
         model = TorchDenseTrainer(cfg, train.num_features, train.num_labels)
-        t0 = time.perf_counter()
-        model.fit_for(train, epochs=TORCH_EPOCHS)
-        row["train_seconds"] = time.perf_counter() - t0
-        row.update(_scores(model.predict_topk(test.features, k=max(KS))[0], test, props))
+        train_call = lambda data: model.fit_for(data, epochs=TORCH_EPOCHS)  # noqa: E731
     else:
         raise ValueError(f"unknown system {system!r}")
+    t0 = time.perf_counter()
+    result = train_call(train)
+    row["train_seconds"] = time.perf_counter() - t0
+    top = model.predict(test, k=max(KS))[0] if system == "slide" else \
+        model.predict_topk(test.features, k=max(KS))[0]
+    row.update(_scores(top, test, props))
+    if system == "slide":
+        row["epochs"] = {"best": result.best_epoch, "refit": result.refit_epochs}
     row["peak_rss_bytes"] = _peak_rss()
     return row
 
