@@ -14,38 +14,10 @@ using namespace slide;
 
 namespace {
 
-SpecValue I(int64_t i) {
-  SpecValue v;
-  v.kind = SpecValue::Kind::Int;
-  v.i = i;
-  v.type_name = "int";
-  v.repr = std::to_string(i);
-  return v;
-}
-SpecValue F(double f) {
-  SpecValue v;
-  v.kind = SpecValue::Kind::Float;
-  v.f = f;
-  v.type_name = "float";
-  v.repr = std::to_string(f);
-  return v;
-}
-SpecValue S(const std::string& s) {
-  SpecValue v;
-  v.kind = SpecValue::Kind::String;
-  v.s = s;
-  v.type_name = "str";
-  v.repr = "'" + s + "'";
-  return v;
-}
-SpecValue B(bool b) {
-  SpecValue v;
-  v.kind = SpecValue::Kind::Bool;
-  v.b = b;
-  v.type_name = "bool";
-  v.repr = b ? "True" : "False";
-  return v;
-}
+SpecValue I(int64_t i) { return int_value(i); }
+SpecValue F(double f) { return float_value(f); }
+SpecValue S(const std::string& s) { return string_value(s); }
+SpecValue B(bool b) { return bool_value(b); }
 
 SpecDict top() {
   return {{"input_dim", I(100)}, {"lr", F(0.01)},   {"beta1", F(0.9)},       {"beta2", F(0.999)},

@@ -52,6 +52,12 @@ struct SpecValue {
 };
 using SpecDict = std::map<std::string, SpecValue>;
 
+// Values as a caller of parse_network_spec would pass them (type names and spellings as Python's).
+SpecValue int_value(int64_t i);
+SpecValue float_value(double f);
+SpecValue bool_value(bool b);
+SpecValue string_value(const std::string& s);
+
 // Builds and validates a NetworkSpec from `top` and the layer dicts. Every key listed above
 // is required; unknown keys, wrong types (an integer field takes Int only; a number field
 // Int or Float; bool fields Bool only) and unknown choices throw InvalidArgument naming

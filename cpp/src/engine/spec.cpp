@@ -99,39 +99,6 @@ class Reader {
 
 std::string top_path(int, const std::string& key) { return spec_key_path(key); }
 
-SpecValue int_value(int64_t i) {
-  SpecValue v;
-  v.kind = SpecValue::Kind::Int;
-  v.i = i;
-  v.type_name = "int";
-  v.repr = std::to_string(i);
-  return v;
-}
-SpecValue float_value(double f) {
-  SpecValue v;
-  v.kind = SpecValue::Kind::Float;
-  v.f = f;
-  v.type_name = "float";
-  v.repr = std::to_string(f);
-  return v;
-}
-SpecValue bool_value(bool b) {
-  SpecValue v;
-  v.kind = SpecValue::Kind::Bool;
-  v.b = b;
-  v.type_name = "bool";
-  v.repr = b ? "True" : "False";
-  return v;
-}
-SpecValue string_value(const std::string& s) {
-  SpecValue v;
-  v.kind = SpecValue::Kind::String;
-  v.s = s;
-  v.type_name = "str";
-  v.repr = "'" + s + "'";
-  return v;
-}
-
 }  // namespace
 
 std::string spec_key_path(const std::string& key) { return section_of(key) + key; }
@@ -277,6 +244,39 @@ void NetworkSpec::validate() const {
   if (rebuild_first < 1) bad("training.rebuild_first", "must be >= 1, got " + std::to_string(rebuild_first));
   if (!(rebuild_decay >= 0.0) || !std::isfinite(rebuild_decay))
     bad("training.rebuild_decay", "must be >= 0, got " + std::to_string(rebuild_decay));
+}
+
+SpecValue int_value(int64_t i) {
+  SpecValue v;
+  v.kind = SpecValue::Kind::Int;
+  v.i = i;
+  v.type_name = "int";
+  v.repr = std::to_string(i);
+  return v;
+}
+SpecValue float_value(double f) {
+  SpecValue v;
+  v.kind = SpecValue::Kind::Float;
+  v.f = f;
+  v.type_name = "float";
+  v.repr = std::to_string(f);
+  return v;
+}
+SpecValue bool_value(bool b) {
+  SpecValue v;
+  v.kind = SpecValue::Kind::Bool;
+  v.b = b;
+  v.type_name = "bool";
+  v.repr = b ? "True" : "False";
+  return v;
+}
+SpecValue string_value(const std::string& s) {
+  SpecValue v;
+  v.kind = SpecValue::Kind::String;
+  v.s = s;
+  v.type_name = "str";
+  v.repr = "'" + s + "'";
+  return v;
 }
 
 }  // namespace slide
