@@ -349,7 +349,7 @@ class Network:
             self._phase = "search"
         refit = auto and tr.refit and split.held_out_of_train
         # a copy of the best weights (and Adam state) is kept only when it will be put back
-        self._snapshot_best = (auto and not refit) or (not auto and tr.restore_best)
+        self._snapshot_best = tr.restore_best and not refit
         # epochs=auto: how long the search runs is not known in advance (no total on the bar)
         self._progress_total_samples = (self._remaining_samples(data.fit, epochs) if not auto
                                         else None)
