@@ -125,6 +125,10 @@ class TrainingConfig:
                            "validation data)", min=0)
     restore_best: bool = _f(True, "after training, restore the weights of the best validation evaluation")
     hugepages: bool = _f(True, "ask for transparent hugepages for large arrays (falls back quietly)")
+    recompute: bool = _f(False, "networks without hash-sampled layers: keep only checkpoint layers' outputs of a "
+                                "batch and recompute the other hidden activations and dropout masks in the "
+                                "backward pass (less activation memory, same results, some more compute); an "
+                                "error on networks with a hash-sampled layer")
 
 
 @dataclass

@@ -69,6 +69,11 @@ _SPECIAL = ("hidden", "sampling")
 
 # epochs: auto holds this fraction of train out for validation, at most AUTO_VALID_MAX points
 # (validation is scored exactly after every epoch: more points cost time, not accuracy of choice).
+# predict(mode="lsh") scores this many labels of largest bias besides the hash candidates
+# (benchmarks/inference_latency.py: on an amazon-670k-shaped model it closes most of the P@1 gap
+# to exact scoring at a small cost per query).
+LSH_PRIOR = 1000
+
 AUTO_VALID_FRACTION = 0.2
 AUTO_VALID_MAX = 5_000
 
@@ -211,6 +216,13 @@ class Network:
             layer.size = size
             layer.sampling = s
         cfg.validate(source="resolved config")
+        if cfg.training.recompute and "lsh" in sampling:
+            i = sampling.index("lsh")
+            how = " (chosen by sampling: auto)" if requested[i] == "auto" else ""
+            raise ConfigError(f"training.recompute: applies to networks without hash-sampled layers, but "
+                              f"layers.{i}.sampling is lsh{how} for {num_labels} labels; such networks train "
+                              f"sample by sample with O(active) state per sample, so there is nothing to "
+                              f"recompute: set training.recompute: false or layers.{i}.sampling: dense")
         spec = _engine_spec(cfg, num_features)
         self._core = core.Network(spec)
         self.config = cfg
@@ -628,19 +640,29 @@ class Network:
             self._core.rebuild_tables()
 
     # ------------------------------------------------------------------ inference
-    def predict(self, X, k: int = 5, mode: str = "exact") -> Tuple[np.ndarray, np.ndarray]:
+    def predict(self, X, k: int = 5, mode: str = "exact", *, candidates: Optional[int] = None,
+                prior: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
         """Top-``k`` labels and scores per row: ``(labels int32 [n, k], scores float32 [n, k])``.
 
         ``X``: scipy sparse matrix, dense 2-D numpy array, or a :class:`slide.Dataset`. Rows
         are normalised like the training data. ``mode="exact"`` scores every label;
-        ``"lsh"`` scores only the hash-selected candidates of LSH layers (faster, approximate).
-        Scores are the softmax probabilities of the output layer.
+        ``"lsh"`` scores only candidates of a hash-sampled output layer (sublinear, approximate;
+        the same as exact on a dense output layer): the neurons its hash tables return for the
+        row, ranked by the number of tables that hold them, at most ``candidates`` of them
+        (default: the layer's ``lsh.max_active``, or all when that is 0), plus the ``prior``
+        labels with the largest bias (default 1000; the tables index weight vectors, not
+        biases, and frequent labels that a large bias puts on top are often in no bucket).
+        ``candidates=0`` selects as in training instead (random fill to ``lsh.min_active``).
+        Scores are softmax probabilities over the scored labels; labels never scored are -1.
         """
         self._require_built("predict")
         if mode not in ("exact", "lsh"):
             raise ValueError(f"predict: mode must be 'exact' or 'lsh', got {mode!r}")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= self.num_labels:
             raise ValueError(f"predict: k must be an integer in [1, {self.num_labels}], got {k!r}")
+        for name, v in (("candidates", candidates), ("prior", prior)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0):
+                raise ValueError(f"predict: {name} must be an integer >= 0 or None, got {v!r}")
         if hasattr(X, "features") and hasattr(X, "labels"):
             X = X.features
         X = _as_csr(X, what="predict features", dtype=np.float32)
@@ -648,11 +670,18 @@ class Network:
             raise ValueError("predict: X must be 2-D")
         self._check_features(X, "predict")
         arrays = self._convert(X, None)
-        return self._predict_arrays(arrays, int(k), mode)
+        return self._predict_arrays(arrays, int(k), mode, candidates, prior)
 
-    def _predict_arrays(self, arrays: _Arrays, k: int, mode: str = "exact"):
+    def _predict_arrays(self, arrays: _Arrays, k: int, mode: str = "exact", candidates: Optional[int] = None,
+                        prior: Optional[int] = None):
+        if mode == "lsh":
+            out = self.config.layers[-1].lsh
+            if candidates is None:
+                candidates = out.max_active or self.num_labels
+            if prior is None:
+                prior = LSH_PRIOR
         labels, scores = self._core.predict_topk(arrays.x_indptr, arrays.x_indices, arrays.x_values,
-                                                 int(k), mode)
+                                                 int(k), mode, int(candidates or 0), int(prior or 0))
         return np.asarray(labels, dtype=np.int32), np.asarray(scores, dtype=np.float32)
 
     def _evaluate_arrays(self, arrays: _Arrays, k) -> Dict[str, float]:
@@ -726,7 +755,7 @@ def _engine_spec(cfg: Config, num_features: int) -> Dict[str, Any]:
         "lr": o.lr, "beta1": o.betas[0], "beta2": o.betas[1], "eps": o.eps,
         "weight_decay": o.weight_decay, "dropout": t.dropout, "threads": t.threads,
         "seed": t.seed, "rebuild_first": t.rebuild_first, "rebuild_decay": t.rebuild_decay,
-        "hugepages": t.hugepages,
+        "hugepages": t.hugepages, "recompute": t.recompute,
     }
 
 

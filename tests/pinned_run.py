@@ -54,7 +54,7 @@ def lsh_keys(**over):
 
 def configs(D, C):
     common = dict(input_dim=D, beta1=0.9, beta2=0.999, eps=1e-8, threads=1, seed=11,
-                  rebuild_first=3, rebuild_decay=0.3, hugepages=False)
+                  rebuild_first=3, rebuild_decay=0.3, hugepages=False, recompute=False)
     hidden = dict(size=32, activation="relu", sampling="dense", **lsh_keys())
     return {
         # Dense softmax output: the layer-by-layer batched path; dropout and decay on.

@@ -12,7 +12,7 @@ from slide._core import Network as CoreNetwork
 # The engine takes no defaults: every key of the spec is required (tests below check that).
 # The tests here state only what they vary; complete() fills the rest from these values.
 TOP_KEYS = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, dropout=0.0, threads=0, seed=0,
-                rebuild_first=50, rebuild_decay=0.1, hugepages=True)
+                rebuild_first=50, rebuild_decay=0.1, hugepages=True, recompute=False)
 LAYER_KEYS = dict(activation="relu", sampling="dense", family="dwta", K=6, L=50, range_pow=0, bucket_capacity=128,
                   bucket_policy="fifo", bin_size=8, selection="vanilla", threshold=2, min_active=1000,
                   max_active=4000)

@@ -200,8 +200,10 @@ run from several Python threads at once.)doc")
       .def(
           "predict_topk",
           [](const Network& net, const py::object& x_indptr, const py::object& x_indices, const py::object& x_values,
-             int64_t k, const std::string& mode) {
+             int64_t k, const std::string& mode, int64_t candidates, int64_t prior) {
             if (mode != "exact" && mode != "lsh") bad("mode", "must be 'exact' or 'lsh', got '" + mode + "'");
+            if (candidates < 0) bad("candidates", "must be >= 0 (0 = the layer's selection), got " + std::to_string(candidates));
+            if (prior < 0) bad("prior", "must be >= 0, got " + std::to_string(prior));
             if (k < 1 || k > net.output_dim())
               bad("k", "must be in [1, " + std::to_string(net.output_dim()) + "], got " + std::to_string(k));
             slide::CsrView x = csr(x_indptr, x_indices, &x_values, "x_indptr", "x_indices", "x_values");
@@ -212,12 +214,15 @@ run from several Python threads at once.)doc")
             float* sp = scores.mutable_data();
             {
               py::gil_scoped_release release;
-              net.predict_topk(x, static_cast<int>(k), mode == "lsh", lp, sp);
+              net.predict_topk(x, static_cast<int>(k), mode == "lsh", lp, sp, slide::LshQuery{candidates, prior});
             }
             return py::make_tuple(labels, scores);
           },
           py::arg("x_indptr"), py::arg("x_indices"), py::arg("x_values"), py::arg("k"), py::arg("mode") = "exact",
-          "Top-k labels (int32 [n,k]) and softmax scores (float32 [n,k]) per sample.")
+          py::arg("candidates") = 0, py::arg("prior") = 0,
+          "Top-k labels (int32 [n,k]) and softmax scores (float32 [n,k]) per sample. mode 'lsh': "
+          "candidates N > 0 scores the N hash candidates found in the most tables (no random fill; 0 = "
+          "as in training); prior P also scores the P labels with the largest bias.")
       .def_property(
           "step", [](const Network& n) { return n.step(); },
           [](Network& n, const py::object& v) {
@@ -268,6 +273,7 @@ run from several Python threads at once.)doc")
             d["tables"] = r.tables;
             d["scratch"] = r.scratch;
             d["scratch_per_thread"] = r.scratch_per_thread;
+            d["activations"] = r.activations;
             d["total"] = r.weights + r.optimizer + r.gradients + r.tables + r.scratch;
             d["hugepages"] = r.hugepages;
             return d;

@@ -22,7 +22,8 @@ SpecValue B(bool b) { return bool_value(b); }
 SpecDict top() {
   return {{"input_dim", I(100)}, {"lr", F(0.01)},   {"beta1", F(0.9)},       {"beta2", F(0.999)},
           {"eps", F(1e-8)},      {"weight_decay", F(0)}, {"dropout", F(0.25)}, {"threads", I(1)},
-          {"seed", I(5)},        {"rebuild_first", I(50)}, {"rebuild_decay", F(0.1)}, {"hugepages", B(false)}};
+          {"seed", I(5)},        {"rebuild_first", I(50)}, {"rebuild_decay", F(0.1)}, {"hugepages", B(false)},
+          {"recompute", B(false)}};
 }
 
 SpecDict layer(int64_t size, const char* activation, const char* sampling) {

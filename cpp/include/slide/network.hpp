@@ -68,6 +68,20 @@
 namespace slide {
 
 struct BatchMatrices;  // activations of a batch for the batched dense path (trainer_batched.cpp)
+class PredictCache;   // prediction workspaces and the label prior, kept between calls (predict.cpp)
+
+// Query-time settings of predict_topk with use_lsh on a hash-sampled output layer.
+struct LshQuery {
+  // 0: the hash candidates as the layer selects them in training (its selection mode, a
+  // random fill to min_active, a cut at max_active). N > 0: the N candidates found in the
+  // most tables (ties at the cut drawn from the sample's stream), no random fill.
+  int64_t candidates = 0;
+  // Also score the `prior` labels with the largest bias (the tables index weight vectors,
+  // not biases, so labels that a large bias puts on top are often in no bucket of the
+  // query). The ranking is taken from the biases at the first such call after training
+  // or a change of the tables, then reused: a query does no O(labels) work.
+  int64_t prior = 0;
+};
 
 struct MemoryReport {
   size_t weights = 0;    // weights and biases
@@ -76,6 +90,7 @@ struct MemoryReport {
   size_t tables = 0;     // LSH tables
   size_t scratch_per_thread = 0;
   size_t scratch = 0;    // all threads
+  size_t activations = 0;  // of it: the batched dense path's batch activations (last batch)
   std::vector<std::string> hugepages;  // arrays that got transparent hugepages
 };
 
@@ -107,8 +122,10 @@ class Network {
   // Top-k labels and softmax scores per sample of x, written row-major into
   // labels[n*k], scores[n*k] (descending score). exact: all output neurons, softmax over
   // all labels. use_lsh on an LSH output layer: only hash-selected neurons, softmax over
-  // that active set; slots beyond the active set get label -1, score 0.
-  void predict_topk(const CsrView& x, int k, bool use_lsh, int32_t* labels, float* scores) const;
+  // that active set; slots beyond the active set get label -1, score 0. `query` sets what
+  // use_lsh scores (LshQuery; the default selects as in training).
+  void predict_topk(const CsrView& x, int k, bool use_lsh, int32_t* labels, float* scores,
+                    const LshQuery& query = LshQuery()) const;
 
   // Share of the training points that carry each label (output_dim values in [0, 1]), or
   // n == 0 to clear. A hash-sampled output layer uses it to weight the batch's labels when
@@ -141,7 +158,8 @@ class Network {
   float train_batch_layerwise(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
   void predict_exact_blocked(const CsrView& x, int k, int32_t* labels, float* scores) const;
   void predict_layerwise(const CsrView& x, int k, int32_t* labels, float* scores) const;
-  void predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* labels, float* scores) const;
+  void predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* labels, float* scores,
+                       const LshQuery& query) const;
   void rebuild_tables_locked();
   int64_t schedule_after(int64_t step) const;
   void ensure_records(int64_t b);
@@ -160,6 +178,7 @@ class Network {
   int64_t next_rebuild_ = -1;
   bool has_lsh_ = false;
   std::unique_ptr<BatchMatrices> batch_;  // layer-by-layer path (null when it does not apply)
+  std::unique_ptr<PredictCache> predict_cache_;
   mutable std::shared_mutex mutex_;
 
  public:

@@ -8,7 +8,7 @@
 //
 // The key/value form (SpecDict) is what a binding produces by converting types only:
 //   top level: input_dim, layers (a list of layer dicts), lr, beta1, beta2, eps, weight_decay,
-//              dropout, threads, seed, rebuild_first, rebuild_decay, hugepages
+//              dropout, threads, seed, rebuild_first, rebuild_decay, hugepages, recompute
 //   per layer: size, activation, sampling, family, K, L, range_pow, bucket_capacity,
 //              bucket_policy, bin_size, selection, threshold, min_active, max_active
 #pragma once
@@ -34,6 +34,10 @@ struct NetworkSpec {
   int64_t rebuild_first{};  // first table rebuild after this many batches
   double rebuild_decay{};   // later gaps grow by exp(rebuild_decay) each time
   bool hugepages{};
+  // Batched dense path only: keep the hidden outputs of chosen layers (checkpoints) and
+  // recompute the others, and every dropout mask, in the backward pass (same bits as
+  // storing them). Network() rejects it for networks that do not train on that path.
+  bool recompute{};
   // Throws InvalidArgument naming the offending key in the Python spelling
   // (e.g. "layers.1.sampling", "layers.1.lsh.K", "optimizer.lr").
   void validate() const;

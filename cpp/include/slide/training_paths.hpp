@@ -18,8 +18,9 @@ constexpr int64_t kMaxRecordedWidth = 4096;
 
 // Batched dense path. A network without hash-sampled layers whose first layer keeps records
 // trains a batch layer by layer (matrix products over the whole batch) while the batch's
-// activations, 3 x batch x (neurons over all layers) floats, stay within kMaxBatchFloats
-// (256 MiB); otherwise it trains sample by sample. Both paths are deterministic for a seed
+// activations, 3 x batch x (neurons over all layers) floats (with training.recompute: the
+// checkpoints, two scratch and two delta matrices), stay within kMaxBatchFloats (256 MiB);
+// otherwise it trains sample by sample. Both paths are deterministic for a seed
 // but give different bits, so the batch size can change which bits a run produces.
 constexpr int64_t kMaxBatchFloats = int64_t(1) << 26;
 

@@ -10,11 +10,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "slide/common.hpp"
 #include "slide/layer.hpp"
 #include "slide/random.hpp"
+#include "slide/workspace.hpp"
 
 namespace slide {
 
@@ -61,7 +64,7 @@ class InterruptPoller {
 };
 
 // Activation and (in training) inverted dropout of one sample's hidden-layer outputs, in
-// place; `mask` receives the multipliers (kept units are scaled by 1 / (1 - dropout), so
+// place; `mask` (may be null) receives the multipliers (kept units are scaled by 1 / (1 - dropout), so
 // inference needs no rescaling). Draws one uniform per unit from rng when dropout > 0.
 inline void activate(Activation act, float* z, float* mask, int64_t n, float dropout, Rng& rng) {
   if (act == Activation::ReLU)
@@ -69,8 +72,9 @@ inline void activate(Activation act, float* z, float* mask, int64_t n, float dro
   if (dropout > 0.0f) {
     const float keep = 1.0f / (1.0f - dropout);
     for (int64_t j = 0; j < n; ++j) {
-      mask[j] = rng.uniform() < dropout ? 0.0f : keep;
-      z[j] *= mask[j];
+      const float m = rng.uniform() < dropout ? 0.0f : keep;
+      if (mask) mask[j] = m;  // null: the caller regenerates the mask later (replay_dropout)
+      z[j] *= m;
     }
   }
 }
@@ -93,6 +97,19 @@ inline void backprop_activation(Activation act, const float* h, const float* mas
   }
 }
 
+// backprop_activation with the dropout mask regenerated instead of read: `rng` must be the
+// stream activate() drew this sample's mask of the layer from, in the state it had then.
+// Draws one uniform per unit as activate() did, so the multipliers (and dh) are the same bits.
+inline void backprop_activation_replay(Activation act, const float* h, float* dh, int64_t n, float dropout, Rng rng) {
+  const bool relu = act == Activation::ReLU;
+  const float keep = 1.0f / (1.0f - dropout);
+  for (int64_t j = 0; j < n; ++j) {
+    const float m = rng.uniform() < dropout ? 0.0f : keep;
+    if (relu && h[j] <= 0.0f) dh[j] = 0.0f;
+    else dh[j] *= m;
+  }
+}
+
 // The batch as matrices (row i = sample i of the batch), for networks trained layer by
 // layer (the batched dense path, trainer_batched.cpp). O(batch x neurons) per layer; these
 // networks have no wide layer.
@@ -105,13 +122,102 @@ struct BatchMatrices {
   std::vector<Rng> rng;                   // per sample: its training stream (dropout)
   std::vector<std::vector<float>> grad;   // per thread: gradients of a block of weight rows
   int64_t width = 0;                      // neurons over all layers
+  int64_t floats_per_sample = 0;          // activation floats a batch keeps per sample (batched_for)
 
-  size_t bytes() const {
-    size_t b = loss.capacity() * sizeof(float) + rng.capacity() * sizeof(Rng);
-    for (auto* group : {&out, &mask, &delta, &grad})
+  // training.recompute: `out` holds a hidden layer's output only at checkpoints (checkpoint[l];
+  // the last hidden layer is one); the others live in two scratch matrices and are recomputed
+  // from the checkpoint below them in the backward pass. No masks are kept: rng_at holds each
+  // sample's stream as it was before each hidden layer's dropout, to regenerate them. Hidden
+  // deltas alternate between two matrices (only dL/dz of layers l and l - 1 are live at once).
+  bool recompute = false;
+  std::vector<char> checkpoint;             // per layer
+  std::vector<int> scratch_of;              // per layer: 0/1 = the scratch matrix of its output, -1 none
+  std::vector<float> act_scratch[2];
+  std::vector<float> delta_scratch[2];
+  std::vector<Rng> rng_at;                  // [hidden layer][sample]
+  // Per layer, this batch: where its output, dL/dz and dropout multipliers (null = none kept) are.
+  std::vector<float*> out_ptr, delta_ptr, mask_ptr;
+
+  // Bytes of the batch's activations: outputs, dropout masks, deltas and the streams kept for
+  // the backward pass (the per-thread gradient blocks are not activations).
+  size_t activation_bytes() const {
+    size_t b = loss.capacity() * sizeof(float) + (rng.capacity() + rng_at.capacity()) * sizeof(Rng);
+    for (auto* group : {&out, &mask, &delta})
       for (auto& v : *group) b += v.capacity() * sizeof(float);
+    for (int k = 0; k < 2; ++k) b += (act_scratch[k].capacity() + delta_scratch[k].capacity()) * sizeof(float);
     return b;
   }
+  size_t bytes() const {
+    size_t b = activation_bytes();
+    for (auto& v : grad) b += v.capacity() * sizeof(float);
+    return b;
+  }
+};
+
+// Decides where the batched dense path keeps each layer's activations: all of them, or with
+// recompute only checkpoints (trainer_batched.cpp); sets floats_per_sample.
+void plan_batch_activations(BatchMatrices& M, const std::vector<Layer>& layers, bool recompute);
+
+// What prediction keeps between calls (predict_topk is const and may run from several
+// threads at once; each member is guarded by the cache's own lock):
+// - workspaces: a call checks them out and gives them back when it ends, so it allocates
+//   nothing of size O(neurons) (an LSH layer's sampler is one), which would otherwise
+//   dominate the time of a single query. At most as many as were in use at once.
+// - the label prior of LshQuery::prior: output neurons by decreasing bias, taken at the
+//   first call that needs it after the weights or tables changed (invalidate()).
+class PredictCache {
+ public:
+  std::unique_ptr<SampleWorkspace> take(const std::vector<Layer>& layers) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_.empty()) {
+        std::unique_ptr<SampleWorkspace> ws = std::move(free_.back());
+        free_.pop_back();
+        return ws;
+      }
+    }
+    return make_workspace(layers, false, true);
+  }
+  void give(std::unique_ptr<SampleWorkspace> ws) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(std::move(ws));
+  }
+  // Called with the network's exclusive lock held (tables rebuilt or restored).
+  void invalidate() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    prior_.reset();
+  }
+  // The first min(out_dim, kMaxPrior) neurons of `out` by decreasing bias (ties: lower id),
+  // for weights at training step `step`.
+  std::shared_ptr<const std::vector<int32_t>> prior(const Layer& out, int64_t step) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (prior_ && prior_step_ == step) return prior_;
+    constexpr int64_t kMaxPrior = 65536;
+    const float* bias = out.bias.data();
+    const int64_t n = out.out_dim, keep = std::min(n, kMaxPrior);
+    auto order = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) (*order)[j] = static_cast<int32_t>(j);
+    auto higher = [bias](int32_t a, int32_t b) { return bias[a] > bias[b] || (bias[a] == bias[b] && a < b); };
+    std::nth_element(order->begin(), order->begin() + (keep - 1), order->end(), higher);
+    std::sort(order->begin(), order->begin() + keep, higher);
+    order->resize(static_cast<size_t>(keep));
+    order->shrink_to_fit();
+    prior_ = order;
+    prior_step_ = step;
+    return prior_;
+  }
+  size_t bytes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    size_t b = prior_ ? prior_->capacity() * sizeof(int32_t) : 0;
+    for (const auto& ws : free_) b += ws->bytes();
+    return b;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<SampleWorkspace>> free_;
+  std::shared_ptr<const std::vector<int32_t>> prior_;
+  int64_t prior_step_ = -1;
 };
 
 // Marks row r of a lock-free layer as touched by this batch; exactly one thread lists it.

@@ -35,6 +35,7 @@ Network::Network(const NetworkSpec& spec) : spec_(spec) {
     sample_work_ += (L.sparse_input ? 32 : active) * L.row_len * 3;
   }
   for (int t = 0; t < threads_; ++t) workspaces_.push_back(make_workspace(layers_, true, true));
+  predict_cache_ = std::make_unique<PredictCache>();
   if (!has_lsh_ && layers_[0].records) {
     batch_ = std::make_unique<BatchMatrices>();
     batch_->out.resize(n);
@@ -46,6 +47,7 @@ Network::Network(const NetworkSpec& spec) : spec_(spec) {
       if (!L.sparse_input) max_in = std::max(max_in, L.in_dim);
     }
     batch_->grad.assign(threads_, std::vector<float>(static_cast<size_t>(kGradRows * max_in)));
+    plan_batch_activations(*batch_, layers_, spec_.recompute);
   }
   if (has_lsh_) {
     rebuild_tables_locked();
@@ -118,6 +120,7 @@ void Network::rebuild_tables_locked() {
     L.tables->build(*L.hash, L.weight.data(), L.rows, L.row_len, threads_,
                     stream_seed(spec_.seed, kTableSalt, static_cast<uint64_t>(L.index), static_cast<uint64_t>(step_)));
   }
+  predict_cache_->invalidate();
 }
 
 void Network::set_step(int64_t step) {

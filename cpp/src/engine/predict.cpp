@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <mutex>
 
 #include "engine_internal.hpp"
@@ -188,9 +189,14 @@ void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, fl
   if (poller.stopped()) throw Interrupted();
 }
 
-void Network::predict_topk(const CsrView& x, int k, bool use_lsh, int32_t* out_labels, float* out_scores) const {
+void Network::predict_topk(const CsrView& x, int k, bool use_lsh, int32_t* out_labels, float* out_scores,
+                           const LshQuery& query) const {
   std::shared_lock<std::shared_mutex> lock(mutex_);
   if (k < 1) throw InvalidArgument("k: must be >= 1, got " + std::to_string(k));
+  if (query.candidates < 0 || query.candidates > INT32_MAX / 2)
+    throw InvalidArgument("candidates: must be in [0, 2^30), got " + std::to_string(query.candidates));
+  if (query.prior < 0 || query.prior > INT32_MAX / 2)
+    throw InvalidArgument("prior: must be in [0, 2^30), got " + std::to_string(query.prior));
   const Layer& out = layers_.back();
   use_lsh = use_lsh && out.lsh();
   if (batch_ && out.out_dim <= kMaxRecordedWidth) {
@@ -201,23 +207,48 @@ void Network::predict_topk(const CsrView& x, int k, bool use_lsh, int32_t* out_l
     predict_exact_blocked(x, k, out_labels, out_scores);
     return;
   }
-  predict_samples(x, k, use_lsh, out_labels, out_scores);
+  predict_samples(x, k, use_lsh, out_labels, out_scores, query);
 }
 
-void Network::predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* out_labels, float* out_scores) const {
+void Network::predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* out_labels, float* out_scores,
+                              const LshQuery& query) const {
   // One sample at a time through the phases of sample_step.hpp: hidden layers, then the
   // output neurons (hash-selected when use_lsh, all otherwise) and their softmax.
   const Kernels& kr = kernels();
   const Layer& out = layers_.back();
   const NeuronRange all{0, out.out_dim};
-  // Scratch local to this call: several threads may predict at once.
-  std::vector<std::unique_ptr<SampleWorkspace>> wss;
-  for (int t = 0; t < threads_; ++t) wss.push_back(make_workspace(layers_, false, use_lsh));
+  SelectionParams sel = out.spec.selection;
+  if (query.candidates > 0) {
+    // The candidates most tables agree on: a random fill or a uniform cut of the union would
+    // spend the budget on neurons no more likely to score high than any other.
+    sel.mode = Selection::TopK;
+    sel.min_active = 0;
+    sel.max_active = static_cast<int>(query.candidates);
+  }
+  // The prior labels go in as forced neurons (first, always kept), on top of the hash budget.
+  std::shared_ptr<const std::vector<int32_t>> prior;
+  if (use_lsh && query.prior > 0) prior = predict_cache_->prior(out, step_);
+  const int n_prior = prior ? static_cast<int>(std::min<int64_t>(query.prior, prior->size())) : 0;
+  if (sel.max_active > 0) sel.max_active += n_prior;
+  // One sample runs on the calling thread: waking a team costs more than the query.
+  const int nt = x.n > 1 && x.n * sample_work_ > kParallelWork ? static_cast<int>(std::min<int64_t>(threads_, x.n)) : 1;
+  // Workspaces of this call, from the pool (several threads may predict at once); returned
+  // when the call ends, also by an exception.
+  struct Checkout {
+    PredictCache& pool;
+    std::vector<std::unique_ptr<SampleWorkspace>> wss;
+    ~Checkout() {
+      for (auto& ws : wss)
+        if (ws) pool.give(std::move(ws));
+    }
+  } checkout{*predict_cache_, {}};
+  std::vector<std::unique_ptr<SampleWorkspace>>& wss = checkout.wss;
+  for (int t = 0; t < nt; ++t) wss.push_back(predict_cache_->take(layers_));
   const int nl = static_cast<int>(layers_.size());
   {
     InterruptPoller poller;
     ExceptionCatcher catcher;
-#pragma omp parallel num_threads(threads_) if (x.n * sample_work_ > kParallelWork)
+#pragma omp parallel num_threads(nt) if (nt > 1)
     {
       SampleWorkspace& ws = *wss[omp_get_thread_num()];
 #pragma omp for schedule(dynamic, 4)
@@ -226,7 +257,7 @@ void Network::predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* ou
         catcher.run([&] {
           Rng rng(stream_seed(spec_.seed, kPredictSalt, static_cast<uint64_t>(i)));
           const LayerInput in = forward_hidden(layers_, ws, kr, csr_row(x, i), use_lsh, 0.0f, rng, nullptr);
-          select_output(out, ws, in, use_lsh, out.spec.selection, nullptr, 0, all, rng);
+          select_output(out, ws, in, use_lsh, sel, n_prior ? prior->data() : nullptr, n_prior, all, rng);
           output_logits(out, ws, kr, in, use_lsh, all);
           const std::vector<float>& z = ws.out[nl - 1];
           const std::vector<int32_t>& A = ws.active[nl - 1];

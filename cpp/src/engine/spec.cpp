@@ -8,6 +8,7 @@
 #include "slide/common.hpp"
 #include "slide/hash.hpp"
 #include "slide/network_spec.hpp"
+#include "slide/training_paths.hpp"
 
 namespace slide {
 
@@ -19,7 +20,7 @@ namespace {
 const char* section_of(const std::string& key) {
   for (const char* k : {"lr", "beta1", "beta2", "eps", "weight_decay"})
     if (key == k) return "optimizer.";
-  for (const char* k : {"dropout", "threads", "seed", "rebuild_first", "rebuild_decay", "hugepages"})
+  for (const char* k : {"dropout", "threads", "seed", "rebuild_first", "rebuild_decay", "hugepages", "recompute"})
     if (key == k) return "training.";
   return "";
 }
@@ -33,7 +34,7 @@ bool is_lsh_key(const std::string& key) {
 
 const std::initializer_list<const char*> kTopKeys = {"input_dim", "layers", "lr", "beta1", "beta2", "eps",
                                                      "weight_decay", "dropout", "threads", "seed", "rebuild_first",
-                                                     "rebuild_decay", "hugepages"};
+                                                     "rebuild_decay", "hugepages", "recompute"};
 const std::initializer_list<const char*> kLayerKeys = {"size", "activation", "sampling", "family", "K", "L",
                                                        "range_pow", "bucket_capacity", "bucket_policy", "bin_size",
                                                        "selection", "threshold", "min_active", "max_active"};
@@ -145,6 +146,7 @@ NetworkSpec parse_network_spec(const SpecDict& top, bool has_layers, const std::
   s.rebuild_first = r.integer("rebuild_first", INT64_MIN, INT64_MAX);
   s.rebuild_decay = r.number("rebuild_decay");
   s.hugepages = r.boolean("hugepages");
+  s.recompute = r.boolean("recompute");
   s.validate();
   return s;
 }
@@ -163,6 +165,7 @@ std::pair<SpecDict, std::vector<SpecDict>> spec_to_dict(const NetworkSpec& s) {
   top["rebuild_first"] = int_value(s.rebuild_first);
   top["rebuild_decay"] = float_value(s.rebuild_decay);
   top["hugepages"] = bool_value(s.hugepages);
+  top["recompute"] = bool_value(s.recompute);
   std::vector<SpecDict> layers;
   for (const LayerSpec& l : s.layers) {
     SpecDict d;
@@ -232,6 +235,21 @@ void NetworkSpec::validate() const {
         bad(layer_key_path(l, "min_active"), std::to_string(s.selection.min_active) + " is larger than max_active=" +
                                       std::to_string(s.selection.max_active));
     }
+  }
+  if (recompute) {
+    // Only the batched dense path keeps a batch's activations (training_paths.hpp); the
+    // per-sample path keeps one sample's, O(active), so there is nothing to recompute.
+    for (size_t i = 0; i < layers.size(); ++i)
+      if (layers[i].sampling == Sampling::Lsh)
+        bad("training.recompute", "needs a network without hash-sampled layers (it applies to the batched dense "
+                                  "path, which keeps a whole batch's activations), but " +
+                                      layer_key_path(static_cast<int>(i), "sampling") +
+                                      " is lsh; hash-sampled networks train sample by sample with O(active) "
+                                      "state, so set training.recompute: false");
+    if (layers[0].size > kMaxRecordedWidth)
+      bad("training.recompute", "needs a first layer of at most " + std::to_string(kMaxRecordedWidth) +
+                                    " neurons (wider ones train sample by sample, keeping no batch activations), "
+                                    "got layers.0.size=" + std::to_string(layers[0].size));
   }
   if (!(adam.beta1 >= 0.0f && adam.beta1 < 1.0f)) bad("optimizer.betas", "beta1 must be in [0, 1), got " + std::to_string(adam.beta1));
   if (!(adam.beta2 >= 0.0f && adam.beta2 < 1.0f)) bad("optimizer.betas", "beta2 must be in [0, 1), got " + std::to_string(adam.beta2));

@@ -47,9 +47,13 @@ MemoryReport Network::memory_report() const {
     r.scratch += b;
     r.scratch_per_thread = std::max(r.scratch_per_thread, b);
   }
+  r.scratch += predict_cache_->bytes();
   // Per-sample gradient records of the last batch: O(batch x active).
   for (const auto& rec : records_) r.gradients += rec->bytes();
-  if (batch_) r.scratch += batch_->bytes();
+  if (batch_) {
+    r.scratch += batch_->bytes();
+    r.activations = batch_->activation_bytes();
+  }
   return r;
 }
 
@@ -72,6 +76,7 @@ LshTablesState Network::table_state(int layer) const {
 void Network::set_table_state(int layer, const LshTablesState& state) {
   std::unique_lock<std::shared_mutex> lock(mutex_);
   lsh_layer(layers_, layer).tables->import_state(state);
+  predict_cache_->invalidate();
 }
 
 void Network::set_next_rebuild(int64_t next) {

@@ -7,6 +7,14 @@
 //
 // The phases below are called by every thread of one parallel region (one region per batch:
 // barriers are costly when cores are shared); each holds its own worksharing loops.
+//
+// training.recompute (gradient checkpointing, Chen et al., "Training Deep Nets with Sublinear
+// Memory Cost", 2016): the forward pass keeps the outputs of checkpoint layers only (every
+// ceil(sqrt(hidden layers))-th hidden layer from layer 0, and the last one) and no dropout
+// masks; the backward pass recomputes a non-checkpoint layer's output from the checkpoint
+// below it, with the same kernels, blocks and weights (layers below the one being updated
+// are still unchanged), and regenerates each mask from the sample's stream as it was before
+// that layer's dropout. So the result is the same bits as the stored path's.
 #include <omp.h>
 
 #include <algorithm>
@@ -56,44 +64,67 @@ void forward_first_layer(const BatchStep& s, const CsrView& x, const CsrView& y,
         rec.vec[0].resize(static_cast<size_t>(w0));
       }
       s.M.rng[i] = Rng(stream_seed(seed, kTrainSalt, static_cast<uint64_t>(t), static_cast<uint64_t>(i)));
-      float* z = s.M.out[0].data() + i * w0;
+      float* z = s.M.out_ptr[0] + i * w0;
       std::copy(first.bias.data(), first.bias.data() + w0, z);
       for (int64_t k = 0; k < nnz; ++k)
         s.kr.axpy(x.values[a + k], first.weight.data() + static_cast<int64_t>(x.indices[a + k]) * first.row_len, z,
                   w0);
-      if (hidden)
-        activate(first.spec.activation, z, s.dropout > 0.0f ? s.M.mask[0].data() + i * w0 : nullptr, w0, s.dropout,
+      if (hidden) {
+        if (s.M.recompute) s.M.rng_at[i] = s.M.rng[i];
+        activate(first.spec.activation, z, s.M.mask_ptr[0] ? s.M.mask_ptr[0] + i * w0 : nullptr, w0, s.dropout,
                  s.M.rng[i]);
+      }
     });
   }
 }
 
-// Forward through the dense layers: Z = H W^T + bias, by blocks of weight rows.
-void forward_dense_layers(const BatchStep& s) {
+// Forward through dense layer l >= 1: Z = H W^T + bias, by blocks of weight rows, then (hidden
+// layers) activation and dropout. replay: a recomputation, drawing the masks from the streams
+// saved by the first pass (rng_at) instead of advancing the samples' streams.
+void forward_layer(const BatchStep& s, int l, bool replay) {
   const int nl = static_cast<int>(s.layers.size());
-  for (int l = 1; l < nl; ++l) {
-    const Layer& L = s.layers[l];
-    const int64_t out = L.out_dim, in = L.in_dim;
-    const float* H = s.M.out[l - 1].data();
-    float* Z = s.M.out[l].data();
-    const int64_t blocks = (out + kForwardRows - 1) / kForwardRows;
+  const Layer& L = s.layers[l];
+  const int64_t out = L.out_dim, in = L.in_dim;
+  const float* H = s.M.out_ptr[l - 1];
+  float* Z = s.M.out_ptr[l];
+  const int64_t blocks = (out + kForwardRows - 1) / kForwardRows;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t j0 = blk * kForwardRows, nj = std::min(kForwardRows, out - j0);
-      s.kr.matmul_bt(H, in, L.weight.data() + j0 * in, in, Z + j0, out, s.b, nj, in);
-      const float* bias = L.bias.data() + j0;
-      for (int64_t i = 0; i < s.b; ++i) {
-        float* z = Z + i * out + j0;
-        for (int64_t j = 0; j < nj; ++j) z[j] += bias[j];
-      }
-    }
-    if (l + 1 < nl) {
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < s.b; ++i)
-        activate(L.spec.activation, Z + i * out, s.dropout > 0.0f ? s.M.mask[l].data() + i * out : nullptr, out,
-                 s.dropout, s.M.rng[i]);
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t j0 = blk * kForwardRows, nj = std::min(kForwardRows, out - j0);
+    s.kr.matmul_bt(H, in, L.weight.data() + j0 * in, in, Z + j0, out, s.b, nj, in);
+    const float* bias = L.bias.data() + j0;
+    for (int64_t i = 0; i < s.b; ++i) {
+      float* z = Z + i * out + j0;
+      for (int64_t j = 0; j < nj; ++j) z[j] += bias[j];
     }
   }
+  if (l + 1 < nl) {
+    float* mask = s.M.mask_ptr[l];
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < s.b; ++i) {
+      if (replay) {
+        Rng r = s.M.rng_at[static_cast<size_t>(l * s.b + i)];
+        activate(L.spec.activation, Z + i * out, nullptr, out, s.dropout, r);
+      } else {
+        if (s.M.recompute) s.M.rng_at[static_cast<size_t>(l * s.b + i)] = s.M.rng[i];
+        activate(L.spec.activation, Z + i * out, mask ? mask + i * out : nullptr, out, s.dropout, s.M.rng[i]);
+      }
+    }
+  }
+}
+
+void forward_dense_layers(const BatchStep& s) {
+  const int nl = static_cast<int>(s.layers.size());
+  for (int l = 1; l < nl; ++l) forward_layer(s, l, false);
+}
+
+// Recompute mode: makes layer l's input (layer l - 1's output) available again, from the
+// checkpoint below it (layer 0 always is one).
+void recompute_input(const BatchStep& s, int l) {
+  if (!s.M.recompute || s.M.checkpoint[l - 1]) return;
+  int j = l - 1;
+  while (!s.M.checkpoint[j]) --j;
+  for (int m = j + 1; m <= l - 1; ++m) forward_layer(s, m, true);
 }
 
 // Softmax cross-entropy per sample: delta = (softmax - target) / b, target mass 1/|y|.
@@ -103,8 +134,8 @@ void softmax_cross_entropy(const BatchStep& s) {
 #pragma omp for schedule(static)
   for (int64_t i = 0; i < s.b; ++i) {
     const std::vector<int32_t>& lab = s.records[i]->labels;
-    const float* z = s.M.out[nl - 1].data() + i * out;
-    float* d = s.M.delta[nl - 1].data() + i * out;
+    const float* z = s.M.out_ptr[nl - 1] + i * out;
+    float* d = s.M.delta_ptr[nl - 1] + i * out;
     if (lab.empty()) {
       std::fill(d, d + out, 0.0f);
       continue;
@@ -131,9 +162,9 @@ void softmax_cross_entropy(const BatchStep& s) {
 void backward_and_update(const BatchStep& s, int l, const AdamStep& sw, const AdamStep& sb, float* grad) {
   Layer& L = s.layers[l];
   const int64_t out = L.out_dim, in = L.in_dim, b = s.b;
-  const float* D = s.M.delta[l].data();
-  const float* H = s.M.out[l - 1].data();
-  float* dH = s.M.delta[l - 1].data();
+  const float* D = s.M.delta_ptr[l];
+  const float* H = s.M.out_ptr[l - 1];
+  float* dH = s.M.delta_ptr[l - 1];
   const int64_t sblocks = (b + kBackSamples - 1) / kBackSamples;
   const int64_t cblocks = (in + kBackCols - 1) / kBackCols;
 #pragma omp for schedule(dynamic, 1)
@@ -144,10 +175,16 @@ void backward_and_update(const BatchStep& s, int l, const AdamStep& sw, const Ad
   }
   // (barrier) Through the previous layer's activation and dropout.
   const Activation act = s.layers[l - 1].spec.activation;
+  const float* mask = s.M.mask_ptr[l - 1];
+  const bool replay = s.M.recompute && s.dropout > 0.0f;
 #pragma omp for schedule(static) nowait
-  for (int64_t i = 0; i < b; ++i)
-    backprop_activation(act, H + i * in, s.dropout > 0.0f ? s.M.mask[l - 1].data() + i * in : nullptr, dH + i * in,
-                        in);
+  for (int64_t i = 0; i < b; ++i) {
+    if (replay)
+      backprop_activation_replay(act, H + i * in, dH + i * in, in, s.dropout,
+                                 s.M.rng_at[static_cast<size_t>((l - 1) * b + i)]);
+    else
+      backprop_activation(act, H + i * in, mask ? mask + i * in : nullptr, dH + i * in, in);
+  }
   float* W = L.weight.data();
   float* Wm = L.weight_m.data();
   float* Wv = L.weight_v.data();
@@ -176,14 +213,88 @@ void record_first_layer_deltas(const BatchStep& s) {
 #pragma omp for schedule(static)
   for (int64_t i = 0; i < s.b; ++i) {
     std::vector<float>& v = s.records[i]->vec[0];
-    if (!v.empty()) std::copy(s.M.delta[0].data() + i * w0, s.M.delta[0].data() + (i + 1) * w0, v.begin());
+    if (!v.empty()) std::copy(s.M.delta_ptr[0] + i * w0, s.M.delta_ptr[0] + (i + 1) * w0, v.begin());
+  }
+}
+
+// Sizes this batch's matrices (capacity is kept between batches) and points each layer at its own.
+void place_batch_activations(BatchMatrices& M, const std::vector<Layer>& layers, int64_t b, float dropout) {
+  const int nl = static_cast<int>(layers.size());
+  const size_t sb = static_cast<size_t>(b);
+  size_t scratch[2] = {0, 0}, deltas[2] = {0, 0};
+  for (int l = 0; l < nl; ++l) {
+    const size_t n = sb * static_cast<size_t>(layers[l].out_dim);
+    const bool hidden = l + 1 < nl;
+    if (!M.recompute) {
+      M.out[l].resize(n);
+      M.delta[l].resize(n);
+      if (hidden && dropout > 0.0f) M.mask[l].resize(n);
+      M.out_ptr[l] = M.out[l].data();
+      M.delta_ptr[l] = M.delta[l].data();
+      M.mask_ptr[l] = hidden && dropout > 0.0f ? M.mask[l].data() : nullptr;
+      continue;
+    }
+    M.mask_ptr[l] = nullptr;
+    if (M.checkpoint[l]) M.out[l].resize(n);
+    else scratch[M.scratch_of[l]] = std::max(scratch[M.scratch_of[l]], n);
+    if (hidden) {
+      const int k = (nl - 2 - l) % 2;  // dL/dz of layers l and l + 1 never share a matrix
+      deltas[k] = std::max(deltas[k], n);
+    } else {
+      M.delta[l].resize(n);
+    }
+  }
+  if (!M.recompute) return;
+  for (int k = 0; k < 2; ++k) {
+    M.act_scratch[k].resize(scratch[k]);
+    M.delta_scratch[k].resize(deltas[k]);
+  }
+  M.rng_at.resize(sb * static_cast<size_t>(nl - 1));
+  for (int l = 0; l < nl; ++l) {
+    M.out_ptr[l] = M.checkpoint[l] ? M.out[l].data() : M.act_scratch[M.scratch_of[l]].data();
+    M.delta_ptr[l] = l + 1 < nl ? M.delta_scratch[(nl - 2 - l) % 2].data() : M.delta[l].data();
   }
 }
 
 }  // namespace
 
+void plan_batch_activations(BatchMatrices& M, const std::vector<Layer>& layers, bool recompute) {
+  const int nl = static_cast<int>(layers.size());
+  M.recompute = recompute;
+  M.checkpoint.assign(static_cast<size_t>(nl), 1);
+  M.scratch_of.assign(static_cast<size_t>(nl), -1);
+  M.out_ptr.assign(static_cast<size_t>(nl), nullptr);
+  M.delta_ptr.assign(static_cast<size_t>(nl), nullptr);
+  M.mask_ptr.assign(static_cast<size_t>(nl), nullptr);
+  if (!recompute) {
+    M.floats_per_sample = 3 * M.width;
+    return;
+  }
+  // Checkpoints every c = ceil(sqrt(h)) of the h hidden layers: about h / c + c matrices of
+  // outputs, and each layer is recomputed at most once more per batch.
+  const int h = nl - 1;
+  int c = 1;
+  while (c * c < h) ++c;
+  int prev = 0;
+  int64_t scratch[2] = {0, 0}, deltas[2] = {0, 0};
+  M.floats_per_sample = 2 * layers.back().out_dim;  // the output layer's logits and deltas
+  for (int l = 0; l < h; ++l) {
+    const int64_t w = layers[l].out_dim;
+    M.checkpoint[l] = l % c == 0 || l == h - 1;
+    if (M.checkpoint[l]) {
+      prev = l;
+      M.floats_per_sample += w;
+    } else {
+      M.scratch_of[l] = (l - prev - 1) % 2;
+      scratch[M.scratch_of[l]] = std::max(scratch[M.scratch_of[l]], w);
+    }
+    deltas[(nl - 2 - l) % 2] = std::max(deltas[(nl - 2 - l) % 2], w);
+  }
+  M.floats_per_sample += scratch[0] + scratch[1] + deltas[0] + deltas[1];
+}
+
 bool Network::batched_for(int64_t b) const noexcept {
-  return batch_ && b <= kMaxBatchFloats / (3 * batch_->width);
+  return batch_ && b <= kMaxBatchFloats / batch_->floats_per_sample;
 }
 
 float Network::train_batch_layerwise(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr) {
@@ -191,12 +302,7 @@ float Network::train_batch_layerwise(const CsrView& x, const CsrView& y, const i
   const int nl = static_cast<int>(layers_.size());
   const float dropout = spec_.dropout;
   BatchMatrices& M = *batch_;
-  for (int l = 0; l < nl; ++l) {
-    const size_t n = static_cast<size_t>(b) * static_cast<size_t>(layers_[l].out_dim);
-    M.out[l].resize(n);
-    M.delta[l].resize(n);
-    if (l + 1 < nl && dropout > 0.0f) M.mask[l].resize(n);
-  }
+  place_batch_activations(M, layers_, b, dropout);
   M.loss.assign(static_cast<size_t>(b), 0.0f);
   M.rng.resize(static_cast<size_t>(b));
   const AdamStep sw = make_adam_step(spec_.adam, lr, t, true);
@@ -213,7 +319,10 @@ float Network::train_batch_layerwise(const CsrView& x, const CsrView& y, const i
       forward_dense_layers(step);
       softmax_cross_entropy(step);
       float* grad = M.grad[omp_get_thread_num()].data();
-      for (int l = nl - 1; l >= 1; --l) backward_and_update(step, l, sw, sb, grad);
+      for (int l = nl - 1; l >= 1; --l) {
+        recompute_input(step, l);
+        backward_and_update(step, l, sw, sb, grad);
+      }
       record_first_layer_deltas(step);
     }
   }
