@@ -64,6 +64,8 @@ class _Meter:
 
 def _as_csr(X, what: str, dtype=np.float32) -> sp.csr_matrix:
     """A canonical CSR matrix (sorted indices, no duplicates) of ``dtype`` from sparse or dense input."""
+    if type(X) is sp.csr_matrix and X.dtype == dtype and X.has_canonical_format:
+        return X    # already what the engine reads: no conversion (a single query pays for each)
     if sp.issparse(X):
         if X.ndim != 2:
             raise ValueError(f"{what}: expected a 2-D matrix, got shape {X.shape}")

@@ -20,7 +20,7 @@ import logging
 import math
 import os
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import scipy.sparse as sp
@@ -34,7 +34,7 @@ from .persist import FORMAT_VERSION
 from .config import WTA_BIN_SIZE, Config, ConfigError
 from ._arrays import _Arrays, _FitData, _Meter, _Split, _as_csr
 from .sampling import choose_sampling
-from .scaling import idf_weights, normalize_rows
+from .scaling import idf_weights, normalize_rows, scale_values
 
 __all__ = ["Network", "History", "FORMAT_VERSION", "choose_sampling"]
 
@@ -669,8 +669,18 @@ class Network:
         if not sp.issparse(X) or X.ndim != 2:
             raise ValueError("predict: X must be 2-D")
         self._check_features(X, "predict")
-        arrays = self._convert(X, None)
-        return self._predict_arrays(arrays, int(k), mode, candidates, prior)
+        return self._predict_arrays(self._query_arrays(X), int(k), mode, candidates, prior)
+
+    def _query_arrays(self, X: sp.csr_matrix) -> "_QueryArrays":
+        """X (canonical CSR) normalised like the training data, as the engine reads it; the
+        arithmetic of :meth:`_convert` without building matrices."""
+        mode = self.config.data.normalize
+        if mode == "tfidf_l2" and self._idf is None:
+            raise RuntimeError("tfidf_l2: idf statistics are missing (fit has not run)")
+        values = np.array(X.data, dtype=np.float32)
+        scale_values(values, X.indices, X.indptr, X.shape[1], mode, self._idf)
+        return _QueryArrays(np.ascontiguousarray(X.indptr, dtype=np.int64),
+                            np.ascontiguousarray(X.indices, dtype=np.int32), values)
 
     def _predict_arrays(self, arrays: _Arrays, k: int, mode: str = "exact", candidates: Optional[int] = None,
                         prior: Optional[int] = None):
@@ -727,6 +737,13 @@ class Network:
         return _persist.load(cls, path, threads)
 
 # ---------------------------------------------------------------------- helpers
+
+class _QueryArrays(NamedTuple):
+    """Features of a predict call as the engine reads them."""
+    x_indptr: np.ndarray
+    x_indices: np.ndarray
+    x_values: np.ndarray
+
 
 def _call(cbs, method: str, *args) -> None:
     for cb in cbs:

@@ -108,3 +108,19 @@ def test_lsh_mode_on_a_dense_output_layer_is_exact():
     a, b = net.predict(X, k=3, mode="exact"), net.predict(X, k=3, mode="lsh")
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("normalize", ["none", "l2", "tfidf_l2"])
+def test_query_scaling_is_the_training_scaling(normalize):
+    """predict scales rows without building matrices; the values must be those of fit's path."""
+    X, Y = make_problem(n=200)
+    X = X.multiply(np.random.default_rng(0).random(X.shape)).tocsr().astype(np.float32)
+    net = Network(hidden=8, epochs=1, threads=1, seed=0, normalize=normalize)
+    net.fit((X, Y))
+    q, ref = net._query_arrays(X), net._convert(X, None)
+    for name in ("x_indptr", "x_indices", "x_values"):
+        got, want = getattr(q, name), getattr(ref, name)
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
+    before = X.data.copy()
+    net.predict(X, k=2)
+    np.testing.assert_array_equal(X.data, before)   # the caller's matrix is left as it was
