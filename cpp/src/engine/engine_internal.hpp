@@ -124,19 +124,22 @@ struct BatchMatrices {
   int64_t width = 0;                      // neurons over all layers
   int64_t floats_per_sample = 0;          // activation floats a batch keeps per sample (batched_for)
 
-  // training.recompute: `out` holds a hidden layer's output only at checkpoints (checkpoint[l];
-  // the last hidden layer is one); the others live in two scratch matrices and are recomputed
-  // from the checkpoint below them in the backward pass. No masks are kept: rng_at holds each
-  // sample's stream as it was before each hidden layer's dropout, to regenerate them. Hidden
-  // deltas alternate between two matrices (only dL/dz of layers l and l - 1 are live at once).
+  // training.recompute: `out` holds only the output layer's logits; hidden outputs are kept
+  // for the batch only at checkpoints (checkpoint[l]; the last hidden layer is one), the
+  // others are recomputed from the checkpoint below them in the backward pass. No masks are
+  // kept: rng_at holds each sample's stream as it was before each hidden layer's dropout, to
+  // regenerate them. Hidden outputs (as first computed and as recomputed) and deltas live in
+  // `slots`, shared by matrices whose lifetimes in the batch do not overlap (the plan of
+  // plan_batch_activations); slot_width: floats per sample of each slot.
   bool recompute = false;
   std::vector<char> checkpoint;             // per layer
-  std::vector<int> scratch_of;              // per layer: 0/1 = the scratch matrix of its output, -1 none
-  std::vector<float> act_scratch[2];
-  std::vector<float> delta_scratch[2];
+  std::vector<int> out_slot, redo_slot, delta_slot;  // per hidden layer (-1: none)
+  std::vector<int64_t> slot_width;
+  std::vector<std::vector<float>> slots;
   std::vector<Rng> rng_at;                  // [hidden layer][sample]
-  // Per layer, this batch: where its output, dL/dz and dropout multipliers (null = none kept) are.
-  std::vector<float*> out_ptr, delta_ptr, mask_ptr;
+  // Per layer, this batch: its output in the forward pass, its recomputed output (recompute,
+  // non-checkpoint layers), dL/dz and dropout multipliers (null = none kept).
+  std::vector<float*> out_ptr, redo_ptr, delta_ptr, mask_ptr;
 
   // Bytes of the batch's activations: outputs, dropout masks, deltas and the streams kept for
   // the backward pass (the per-thread gradient blocks are not activations).
@@ -144,7 +147,7 @@ struct BatchMatrices {
     size_t b = loss.capacity() * sizeof(float) + (rng.capacity() + rng_at.capacity()) * sizeof(Rng);
     for (auto* group : {&out, &mask, &delta})
       for (auto& v : *group) b += v.capacity() * sizeof(float);
-    for (int k = 0; k < 2; ++k) b += (act_scratch[k].capacity() + delta_scratch[k].capacity()) * sizeof(float);
+    for (auto& v : slots) b += v.capacity() * sizeof(float);
     return b;
   }
   size_t bytes() const {

@@ -11,7 +11,7 @@
 // training.recompute (gradient checkpointing, Chen et al., "Training Deep Nets with Sublinear
 // Memory Cost", 2016): the forward pass keeps the outputs of checkpoint layers only (every
 // ceil(sqrt(hidden layers))-th hidden layer from layer 0, and the last one) and no dropout
-// masks; the backward pass recomputes a non-checkpoint layer's output from the checkpoint
+// masks, and matrices whose lifetimes do not overlap share memory; the backward pass recomputes a non-checkpoint layer's output from the checkpoint
 // below it, with the same kernels, blocks and weights (layers below the one being updated
 // are still unchanged), and regenerates each mask from the sample's stream as it was before
 // that layer's dropout. So the result is the same bits as the stored path's.
@@ -85,8 +85,8 @@ void forward_layer(const BatchStep& s, int l, bool replay) {
   const int nl = static_cast<int>(s.layers.size());
   const Layer& L = s.layers[l];
   const int64_t out = L.out_dim, in = L.in_dim;
-  const float* H = s.M.out_ptr[l - 1];
-  float* Z = s.M.out_ptr[l];
+  const float* H = replay && !s.M.checkpoint[l - 1] ? s.M.redo_ptr[l - 1] : s.M.out_ptr[l - 1];
+  float* Z = replay ? s.M.redo_ptr[l] : s.M.out_ptr[l];
   const int64_t blocks = (out + kForwardRows - 1) / kForwardRows;
 #pragma omp for schedule(dynamic, 1)
   for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -118,10 +118,12 @@ void forward_dense_layers(const BatchStep& s) {
   for (int l = 1; l < nl; ++l) forward_layer(s, l, false);
 }
 
-// Recompute mode: makes layer l's input (layer l - 1's output) available again, from the
-// checkpoint below it (layer 0 always is one).
+// Recompute mode: before the backward pass of layer l, makes its input (layer l - 1's output)
+// available again. At the top of a segment of non-checkpoint layers, the whole segment is
+// recomputed from the checkpoint below it (layer 0 always is one) and kept, for this and the
+// following backward passes.
 void recompute_input(const BatchStep& s, int l) {
-  if (!s.M.recompute || s.M.checkpoint[l - 1]) return;
+  if (!s.M.recompute || s.M.checkpoint[l - 1] || !s.M.checkpoint[l]) return;
   int j = l - 1;
   while (!s.M.checkpoint[j]) --j;
   for (int m = j + 1; m <= l - 1; ++m) forward_layer(s, m, true);
@@ -163,7 +165,7 @@ void backward_and_update(const BatchStep& s, int l, const AdamStep& sw, const Ad
   Layer& L = s.layers[l];
   const int64_t out = L.out_dim, in = L.in_dim, b = s.b;
   const float* D = s.M.delta_ptr[l];
-  const float* H = s.M.out_ptr[l - 1];
+  const float* H = s.M.checkpoint[l - 1] ? s.M.out_ptr[l - 1] : s.M.redo_ptr[l - 1];
   float* dH = s.M.delta_ptr[l - 1];
   const int64_t sblocks = (b + kBackSamples - 1) / kBackSamples;
   const int64_t cblocks = (in + kBackCols - 1) / kBackCols;
@@ -221,38 +223,26 @@ void record_first_layer_deltas(const BatchStep& s) {
 void place_batch_activations(BatchMatrices& M, const std::vector<Layer>& layers, int64_t b, float dropout) {
   const int nl = static_cast<int>(layers.size());
   const size_t sb = static_cast<size_t>(b);
-  size_t scratch[2] = {0, 0}, deltas[2] = {0, 0};
+  if (M.recompute) {
+    for (size_t k = 0; k < M.slots.size(); ++k) M.slots[k].resize(sb * static_cast<size_t>(M.slot_width[k]));
+    M.rng_at.resize(sb * static_cast<size_t>(nl - 1));
+  }
   for (int l = 0; l < nl; ++l) {
     const size_t n = sb * static_cast<size_t>(layers[l].out_dim);
     const bool hidden = l + 1 < nl;
-    if (!M.recompute) {
+    if (!M.recompute || !hidden) {
       M.out[l].resize(n);
       M.delta[l].resize(n);
       if (hidden && dropout > 0.0f) M.mask[l].resize(n);
-      M.out_ptr[l] = M.out[l].data();
+      M.out_ptr[l] = M.redo_ptr[l] = M.out[l].data();
       M.delta_ptr[l] = M.delta[l].data();
       M.mask_ptr[l] = hidden && dropout > 0.0f ? M.mask[l].data() : nullptr;
       continue;
     }
+    M.out_ptr[l] = M.slots[M.out_slot[l]].data();
+    M.redo_ptr[l] = M.redo_slot[l] >= 0 ? M.slots[M.redo_slot[l]].data() : nullptr;
+    M.delta_ptr[l] = M.slots[M.delta_slot[l]].data();
     M.mask_ptr[l] = nullptr;
-    if (M.checkpoint[l]) M.out[l].resize(n);
-    else scratch[M.scratch_of[l]] = std::max(scratch[M.scratch_of[l]], n);
-    if (hidden) {
-      const int k = (nl - 2 - l) % 2;  // dL/dz of layers l and l + 1 never share a matrix
-      deltas[k] = std::max(deltas[k], n);
-    } else {
-      M.delta[l].resize(n);
-    }
-  }
-  if (!M.recompute) return;
-  for (int k = 0; k < 2; ++k) {
-    M.act_scratch[k].resize(scratch[k]);
-    M.delta_scratch[k].resize(deltas[k]);
-  }
-  M.rng_at.resize(sb * static_cast<size_t>(nl - 1));
-  for (int l = 0; l < nl; ++l) {
-    M.out_ptr[l] = M.checkpoint[l] ? M.out[l].data() : M.act_scratch[M.scratch_of[l]].data();
-    M.delta_ptr[l] = l + 1 < nl ? M.delta_scratch[(nl - 2 - l) % 2].data() : M.delta[l].data();
   }
 }
 
@@ -260,37 +250,63 @@ void place_batch_activations(BatchMatrices& M, const std::vector<Layer>& layers,
 
 void plan_batch_activations(BatchMatrices& M, const std::vector<Layer>& layers, bool recompute) {
   const int nl = static_cast<int>(layers.size());
+  const size_t n = static_cast<size_t>(nl);
   M.recompute = recompute;
-  M.checkpoint.assign(static_cast<size_t>(nl), 1);
-  M.scratch_of.assign(static_cast<size_t>(nl), -1);
-  M.out_ptr.assign(static_cast<size_t>(nl), nullptr);
-  M.delta_ptr.assign(static_cast<size_t>(nl), nullptr);
-  M.mask_ptr.assign(static_cast<size_t>(nl), nullptr);
+  M.checkpoint.assign(n, 1);
+  M.out_slot.assign(n, -1);
+  M.redo_slot.assign(n, -1);
+  M.delta_slot.assign(n, -1);
+  M.slot_width.clear();
+  M.slots.clear();
+  M.out_ptr.assign(n, nullptr);
+  M.redo_ptr.assign(n, nullptr);
+  M.delta_ptr.assign(n, nullptr);
+  M.mask_ptr.assign(n, nullptr);
   if (!recompute) {
     M.floats_per_sample = 3 * M.width;
     return;
   }
-  // Checkpoints every c = ceil(sqrt(h)) of the h hidden layers: about h / c + c matrices of
-  // outputs, and each layer is recomputed at most once more per batch.
+  // Checkpoints every c = ceil(sqrt(h)) of the h hidden layers: about h / c outputs kept for
+  // the batch and at most c - 1 recomputed ones at a time; each non-checkpoint layer is
+  // recomputed once per batch.
   const int h = nl - 1;
   int c = 1;
   while (c * c < h) ++c;
-  int prev = 0;
-  int64_t scratch[2] = {0, 0}, deltas[2] = {0, 0};
-  M.floats_per_sample = 2 * layers.back().out_dim;  // the output layer's logits and deltas
-  for (int l = 0; l < h; ++l) {
+  for (int l = 0; l < h; ++l) M.checkpoint[l] = l % c == 0 || l == h - 1;
+  // The batch step by step (trainer below), each hidden matrix taking the first free slot when
+  // it is made and freeing it after its last use.
+  std::vector<char> busy;
+  auto take = [&](int l) {
     const int64_t w = layers[l].out_dim;
-    M.checkpoint[l] = l % c == 0 || l == h - 1;
-    if (M.checkpoint[l]) {
-      prev = l;
-      M.floats_per_sample += w;
-    } else {
-      M.scratch_of[l] = (l - prev - 1) % 2;
-      scratch[M.scratch_of[l]] = std::max(scratch[M.scratch_of[l]], w);
+    size_t s = 0;
+    while (s < busy.size() && busy[s]) ++s;
+    if (s == busy.size()) {
+      busy.push_back(0);
+      M.slot_width.push_back(0);
     }
-    deltas[(nl - 2 - l) % 2] = std::max(deltas[(nl - 2 - l) % 2], w);
+    busy[s] = 1;
+    M.slot_width[s] = std::max(M.slot_width[s], w);
+    return static_cast<int>(s);
+  };
+  auto release = [&](int s) { busy[static_cast<size_t>(s)] = 0; };
+  for (int l = 0; l < h; ++l) {  // forward: a non-checkpoint output lives until the next layer's is made
+    M.out_slot[l] = take(l);
+    if (l > 0 && !M.checkpoint[l - 1]) release(M.out_slot[l - 1]);
   }
-  M.floats_per_sample += scratch[0] + scratch[1] + deltas[0] + deltas[1];
+  for (int l = nl - 1; l >= 1; --l) {  // backward through layer l: needs layer l - 1's output
+    if (!M.checkpoint[l - 1] && M.checkpoint[l]) {  // recompute_input: the segment below l
+      int j = l - 1;
+      while (!M.checkpoint[j]) --j;
+      for (int m = j + 1; m <= l - 1; ++m) M.redo_slot[m] = take(m);
+    }
+    const int in = M.checkpoint[l - 1] ? M.out_slot[l - 1] : M.redo_slot[l - 1];
+    M.delta_slot[l - 1] = take(l - 1);
+    if (l + 1 < nl) release(M.delta_slot[l]);
+    release(in);  // a checkpoint's last use is the backward pass of the layer above it
+  }
+  M.slots.resize(M.slot_width.size());
+  M.floats_per_sample = 2 * layers.back().out_dim;  // the output layer's logits and deltas
+  for (const int64_t w : M.slot_width) M.floats_per_sample += w;
 }
 
 bool Network::batched_for(int64_t b) const noexcept {
