@@ -48,9 +48,10 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
   const float* W = out.weight.data();
   const float* bias = out.bias.data();
   const int64_t blocks = (x.n + kBlock - 1) / kBlock;
+  const int nt = static_cast<int>(std::min<int64_t>(threads_, blocks));  // a block is one thread's work
   InterruptPoller poller;
   ExceptionCatcher catcher;
-#pragma omp parallel num_threads(threads_) if (x.n * sample_work_ > kParallelWork)
+#pragma omp parallel num_threads(nt) if (nt > 1 && x.n * sample_work_ > kParallelWork)
   {
     std::unique_ptr<SampleWorkspace> wsp;
     std::vector<float> H, Z;
