@@ -34,7 +34,8 @@ inline void heap_offer(std::vector<Scored>& heap, size_t k, Scored c) {
 
 }  // namespace
 
-void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels, float* out_scores) const {
+void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels, float* out_scores,
+                                    SoftmaxStats* stats) const {
   // The output matrix is far larger than the caches, so a per-sample pass over it is bound
   // by memory bandwidth: a block of samples shares each pass (every row is read once per
   // block), with an online softmax normaliser and top-k per sample.
@@ -107,6 +108,7 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
           std::sort_heap(heap.begin(), heap.end(), better);
           int32_t* lab = out_labels + (s0 + s) * k;
           float* sc = out_scores + (s0 + s) * k;
+          if (stats) stats[s0 + s] = SoftmaxStats{mx[s], sum[s]};
           for (int j = 0; j < k; ++j) {
             lab[j] = j < static_cast<int>(heap.size()) ? heap[j].second : -1;
             sc[j] = j < static_cast<int>(heap.size()) ? static_cast<float>(std::exp(heap[j].first - mx[s]) / sum[s]) : 0.0f;
@@ -119,7 +121,8 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
   if (poller.stopped()) throw Interrupted();
 }
 
-void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, float* out_scores) const {
+void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, float* out_scores,
+                                SoftmaxStats* stats) const {
   // Blocks of samples through the dense layers as matrix products, as in training.
   constexpr int64_t kBlock = 128;
   const Kernels& kr = kernels();
@@ -169,6 +172,7 @@ void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, fl
         float mx = z[0];
         for (int64_t j = 1; j < out; ++j) mx = std::max(mx, z[j]);
         const double sum = kr.exp_sum(z, out, mx);
+        if (stats) stats[s0 + s] = SoftmaxStats{mx, sum};
         heap.clear();
         for (int64_t j = 0; j < out; ++j)
           if (heap.size() < static_cast<size_t>(k) || z[j] >= heap.front().first)
@@ -188,23 +192,26 @@ void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, fl
   if (poller.stopped()) throw Interrupted();
 }
 
-void Network::predict_topk(const CsrView& x, int k, bool use_lsh, int32_t* out_labels, float* out_scores) const {
+void Network::predict_topk(const CsrView& x, int k, bool use_lsh, int32_t* out_labels, float* out_scores,
+                           SoftmaxStats* stats) const {
   std::shared_lock<std::shared_mutex> lock(mutex_);
   if (k < 1) throw InvalidArgument("k: must be >= 1, got " + std::to_string(k));
   const Layer& out = layers_.back();
   use_lsh = use_lsh && out.lsh();
-  if (batch_ && out.out_dim <= kMaxRecordedWidth) {
-    predict_layerwise(x, k, out_labels, out_scores);
-    return;
-  }
-  if (!use_lsh && !out.sparse_input && out.out_dim > kMaxRecordedWidth) {
-    predict_exact_blocked(x, k, out_labels, out_scores);
-    return;
-  }
-  predict_samples(x, k, use_lsh, out_labels, out_scores);
+  if (batch_ && out.out_dim <= kMaxRecordedWidth)
+    predict_layerwise(x, k, out_labels, out_scores, stats);
+  else if (!use_lsh && !out.sparse_input && out.out_dim > kMaxRecordedWidth)
+    predict_exact_blocked(x, k, out_labels, out_scores, stats);
+  else
+    predict_samples(x, k, use_lsh, out_labels, out_scores, stats);
+  // A shard's neurons are labels shard_begin_ onwards.
+  if (shard_begin_ != 0)
+    for (int64_t i = 0; i < x.n * k; ++i)
+      if (out_labels[i] >= 0) out_labels[i] += static_cast<int32_t>(shard_begin_);
 }
 
-void Network::predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* out_labels, float* out_scores) const {
+void Network::predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* out_labels, float* out_scores,
+                              SoftmaxStats* stats) const {
   // One sample at a time through the phases of sample_step.hpp: hidden layers, then the
   // output neurons (hash-selected when use_lsh, all otherwise) and their softmax.
   const Kernels& kr = kernels();
@@ -235,11 +242,13 @@ void Network::predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* ou
           std::fill(lab, lab + k, -1);
           std::fill(sc, sc + k, 0.0f);
           const size_t m = z.size();
+          if (stats) stats[i] = SoftmaxStats{};
           if (m == 0) return;
           float mx = z[0];
           for (size_t j = 1; j < m; ++j) mx = std::max(mx, z[j]);
           double sum = 0.0;
           for (size_t j = 0; j < m; ++j) sum += std::exp(z[j] - mx);
+          if (stats) stats[i] = SoftmaxStats{mx, sum};
           auto& heap = ws.heap;
           heap.clear();
           for (size_t j = 0; j < m; ++j) {
