@@ -31,7 +31,7 @@ def delicious():
 def synth():
     # the delicious-200k preset cut to fit a test: 20,000 labels, many labels per point
     return make_synthetic("delicious-200k", seed=3, num_features=30_000, num_labels=20_000, num_train=6_000,
-                          num_test=1_000, avg_labels=20.0, avg_nnz=80.0)
+                          num_test=1_000, avg_labels=10.0, avg_nnz=80.0)
 
 
 LSH = {"family": "simhash", "K": 6, "L": 20, "min_active": 200, "max_active": 600}
@@ -41,7 +41,7 @@ CASES = {
     "dense": dict(data=bibtex, kw=dict(epochs=2, hidden=64, sampling="dense")),
     # hash-sampled output layers: each rank samples its own labels
     "lsh-delicious": dict(data=delicious, kw=dict(epochs=4, hidden=128, sampling="lsh"), lsh=LSH),
-    "lsh-synth": dict(data=synth, kw=dict(epochs=3, hidden=128, sampling="lsh", lr=2e-3, dropout=0.0),
+    "lsh-synth": dict(data=synth, kw=dict(epochs=6, hidden=128, sampling="lsh", lr=5e-3, dropout=0.0),
                       lsh={"family": "simhash", "K": 8, "L": 30, "min_active": 500, "max_active": 1500}),
     # the ranks disagree on the configuration
     "mismatch": dict(data=bibtex, kw=dict(epochs=1, sampling="dense")),

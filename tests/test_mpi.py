@@ -173,8 +173,10 @@ def test_synthetic_wide_layer_over_three_ranks(tmp_path):
     one, _ = run_case("lsh-synth", 1, tmp_path)
     three, _ = run_case("lsh-synth", 3, tmp_path)
     p1, p3 = one[0]["info"]["metrics"], three[0]["info"]["metrics"]
-    assert p1["P@5"] > 0.3, p1
-    assert abs(p3["P@1"] - p1["P@1"]) < 0.04 and abs(p3["P@5"] - p1["P@5"]) < 0.04, (p1, p3)
+    # measured: one rank 0.749 / 0.424, three ranks 0.754 / 0.425 (the most frequent label alone
+    # gives P@1 0.39, P@5 0.21)
+    assert p1["P@1"] > 0.65 and p1["P@5"] > 0.35, p1
+    assert abs(p3["P@1"] - p1["P@1"]) < 0.03 and abs(p3["P@5"] - p1["P@5"]) < 0.03, (p1, p3)
 
 
 @needs_mpi
