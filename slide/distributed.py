@@ -129,7 +129,8 @@ class ShardedCore:
         check_agreement(comm, "the network specification", spec)
         self.begin, self.end = shard_range(num_labels, self.ranks, self.rank)
         self._local = core_module.Network(spec, shard=(self.begin, self.end))
-        self.bytes_sent = 0      # bytes this rank put into allreduces (training and prediction)
+        self.bytes_sent = 0      # bytes this rank put into collectives (training and prediction)
+        self.train_bytes = 0     # of which in training steps
         self.batches = 0
 
     # everything else (parameters, memory_report, spec, table_state, ...) is the local shard's
@@ -179,6 +180,7 @@ class ShardedCore:
         self.bytes_sent += buf.nbytes
         local.shard_update(buf[:-1].reshape(dh.shape), lr)
         self.batches += 1
+        self.train_bytes += mx.nbytes + sm.nbytes + buf.nbytes
         return float(buf[-1]) / max(1, b)
 
     def predict_topk(self, x_indptr, x_indices, x_values, k: int, mode: str = "exact"):

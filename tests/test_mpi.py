@@ -43,7 +43,13 @@ def mpirun(n, args, timeout=300, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **kw)
 
 
+_RUNS = {}
+
+
 def run_case(case, ranks, tmp_path):
+    """Runs (once per test session) the worker's case on `ranks` ranks; per-rank results."""
+    if (case, ranks) in _RUNS:
+        return _RUNS[case, ranks]
     out = str(tmp_path / f"{case}-{ranks}")
     if ranks == 1:
         p = subprocess.run([sys.executable, WORKER, case, out], capture_output=True, text=True, timeout=300,
@@ -57,6 +63,7 @@ def run_case(case, ranks, tmp_path):
             d = {k: z[k] for k in z.files}
         d["info"] = json.loads(bytes(d["info"]).decode())
         res.append(d)
+    _RUNS[case, ranks] = res, out
     return res, out
 
 
@@ -213,14 +220,14 @@ def test_ranks_that_disagree_get_a_clear_error(tmp_path):
         assert "2 MPI ranks disagree on the network specification: rank(s) 1 differ from rank 0" in msg
 
 
-def _config(tmp_path, epochs=6, minutes=0.0):
+def _config(tmp_path, epochs=6, minutes=0.0, data="delicious", hidden=256):
     cfg = slide.Config()
-    cfg.data.train = os.path.join(ROOT, "datasets", "delicious", "train.txt")
-    cfg.data.test = os.path.join(ROOT, "datasets", "delicious", "test.txt")
+    cfg.data.train = os.path.join(ROOT, "datasets", data, "train.txt")
+    cfg.data.test = os.path.join(ROOT, "datasets", data, "test.txt")
     cfg.training.epochs = epochs
     cfg.training.threads = 1
     cfg.training.checkpoint_minutes = minutes
-    cfg.layers[0].size = 256
+    cfg.layers[0].size = hidden
     path = tmp_path / "cfg.yaml"
     path.write_text(cfg.to_yaml())
     return str(path)
@@ -263,7 +270,7 @@ def test_cli_train_evaluate_predict_under_mpiexec(tmp_path):
 def test_killing_one_rank_ends_the_job_and_resume_finishes(tmp_path):
     import psutil
 
-    cfg = _config(tmp_path, epochs=40, minutes=0.02)   # a checkpoint about every second
+    cfg = _config(tmp_path, epochs=12, minutes=0.01, data="bibtex", hidden=128)   # a checkpoint every 0.6 s
     run = str(tmp_path / "run")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-n", "2"] + _slide_cmd() + [
@@ -296,4 +303,4 @@ def test_killing_one_rank_ends_the_job_and_resume_finishes(tmp_path):
     p = mpirun(2, _slide_cmd() + ["train", "--resume", run, "--quiet"], timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     summary = json.load(open(os.path.join(run, "summary.json")))
-    assert summary["epochs"] == 40 and summary["resumed_from_step"] == ck.step and summary["P@1"] > 0.5
+    assert summary["epochs"] == 12 and summary["resumed_from_step"] == ck.step and summary["P@1"] > 0.45
