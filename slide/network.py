@@ -33,7 +33,7 @@ from .history import History
 from .persist import FORMAT_VERSION
 from .config import WTA_BIN_SIZE, Config, ConfigError
 from ._arrays import _Arrays, _FitData, _Meter, _Split, _as_csr
-from .sampling import choose_sampling
+from .sampling import choose_sampling, resolve_output_activation
 from .scaling import idf_weights, normalize_rows
 
 __all__ = ["Network", "History", "FORMAT_VERSION", "choose_sampling"]
@@ -238,6 +238,8 @@ class Network:
         for layer, size, s in zip(cfg.layers, sizes, sampling):
             layer.size = size
             layer.sampling = s
+        cfg.layers[-1].activation = resolve_output_activation(
+            cfg.layers[-1].activation, sampling[-1], f"layers.{len(cfg.layers) - 1}.activation")
         cfg.validate(source="resolved config")
         spec = _engine_spec(cfg, num_features)
         if self._comm is None:
@@ -675,7 +677,8 @@ class Network:
         ``X``: scipy sparse matrix, dense 2-D numpy array, or a :class:`slide.Dataset`. Rows
         are normalised like the training data. ``mode="exact"`` scores every label;
         ``"lsh"`` scores only the hash-selected candidates of LSH layers (faster, approximate).
-        Scores are the softmax probabilities of the output layer.
+        Scores are the output layer's probabilities: softmax over the labels, or each label's
+        sigmoid for a sigmoid output layer (``activation: auto`` on a dense output layer).
         """
         self._require_built("predict")
         if mode not in ("exact", "lsh"):

@@ -17,7 +17,9 @@
 
 namespace slide {
 
-enum class Activation { ReLU, Linear, Softmax };
+// Softmax and Sigmoid are output-layer activations; they also choose the loss: softmax
+// cross-entropy (target mass 1/|y|) or per-label binary cross-entropy (one sigmoid per label).
+enum class Activation { ReLU, Linear, Softmax, Sigmoid };
 enum class Sampling { Dense, Lsh };
 
 // One layer of a NetworkSpec (network_spec.hpp); no defaults of its own.

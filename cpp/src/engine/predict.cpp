@@ -1,4 +1,5 @@
-// Prediction: top-k labels and softmax scores. Three paths: the batched dense path of
+// Prediction: top-k labels and their scores (softmax probabilities, or per-label sigmoids
+// for a sigmoid output layer). Three paths: the batched dense path of
 // training (small dense networks), a blocked exact scorer for wide dense output layers (a
 // block of samples shares each pass over the output matrix), and per sample through the
 // phases of sample_step.hpp (hash-selected output neurons, or all of them).
@@ -32,6 +33,10 @@ inline void heap_offer(std::vector<Scored>& heap, size_t k, Scored c) {
   }
 }
 
+// The score of logit z under an output layer trained with per-label binary cross-entropy
+// (softmax layers report exp(z - max) / sum, computed where the normaliser is known).
+inline float sigmoid_score(float z) { return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(z)))); }
+
 }  // namespace
 
 void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels, float* out_scores,
@@ -47,6 +52,7 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
   const int64_t len = out.row_len, N = out.out_dim;
   const float* W = out.weight.data();
   const float* bias = out.bias.data();
+  const bool sigmoid = out.spec.activation == Activation::Sigmoid;
   const int64_t blocks = (x.n + kBlock - 1) / kBlock;
   InterruptPoller poller;
   ExceptionCatcher catcher;
@@ -111,7 +117,9 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
           if (stats) stats[s0 + s] = SoftmaxStats{mx[s], sum[s]};
           for (int j = 0; j < k; ++j) {
             lab[j] = j < static_cast<int>(heap.size()) ? heap[j].second : -1;
-            sc[j] = j < static_cast<int>(heap.size()) ? static_cast<float>(std::exp(heap[j].first - mx[s]) / sum[s]) : 0.0f;
+            sc[j] = j >= static_cast<int>(heap.size()) ? 0.0f
+                  : sigmoid ? sigmoid_score(heap[j].first)
+                            : static_cast<float>(std::exp(heap[j].first - mx[s]) / sum[s]);
           }
         }
       });
@@ -129,6 +137,7 @@ void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, fl
   const int nl = static_cast<int>(layers_.size());
   const Layer& first = layers_[0];
   const int64_t w0 = first.out_dim;
+  const bool sigmoid = layers_.back().spec.activation == Activation::Sigmoid;
   const int64_t blocks = (x.n + kBlock - 1) / kBlock;
   InterruptPoller poller;
   ExceptionCatcher catcher;
@@ -183,7 +192,9 @@ void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, fl
         for (int j = 0; j < k; ++j) {
           const bool have = j < static_cast<int>(heap.size());
           lab[j] = have ? heap[j].second : -1;
-          sc[j] = have ? static_cast<float>(std::exp(static_cast<double>(heap[j].first) - mx) / sum) : 0.0f;
+          sc[j] = !have ? 0.0f
+                : sigmoid ? sigmoid_score(heap[j].first)
+                          : static_cast<float>(std::exp(static_cast<double>(heap[j].first) - mx) / sum);
         }
       }
     }
@@ -217,6 +228,7 @@ void Network::predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* ou
   const Kernels& kr = kernels();
   const Layer& out = layers_.back();
   const NeuronRange all{0, out.out_dim};
+  const bool sigmoid = out.spec.activation == Activation::Sigmoid;
   // Scratch local to this call: several threads may predict at once.
   std::vector<std::unique_ptr<SampleWorkspace>> wss;
   for (int t = 0; t < threads_; ++t) wss.push_back(make_workspace(layers_, false, use_lsh));
@@ -258,7 +270,7 @@ void Network::predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* ou
           const float inv_sum = static_cast<float>(1.0 / sum);
           for (size_t j = 0; j < heap.size(); ++j) {
             lab[j] = heap[j].second;
-            sc[j] = std::exp(heap[j].first - mx) * inv_sum;
+            sc[j] = sigmoid ? sigmoid_score(heap[j].first) : std::exp(heap[j].first - mx) * inv_sum;
           }
         });
       }
