@@ -19,7 +19,9 @@ seeded order; one batch step is the engine's three phases with two exchanges bet
 Bytes sent per batch of b samples into the allreduces: 4b + 8b + 4(b*H + 1), H the output
 layer's input width (the last hidden layer's size); :func:`bytes_per_batch` gives the formula,
 :attr:`ShardedCore.bytes_sent` what was measured. Prediction: every rank scores its labels, the
-top-k lists and softmax statistics are gathered and merged, so every rank gets the same answer.
+top-k lists (and, for a softmax output layer, the softmax statistics) are gathered and merged, so
+every rank gets the same answer. A sigmoid output layer (per-label binary loss) needs no shared
+normaliser: its exchange of statistics carries numbers nobody reads, and its scores merge as they are.
 
 The exchange lives here, in Python (mpi4py on NumPy buffers; the engine releases the GIL inside
 each phase), so the C++ core builds without MPI. ``pip install "slide[mpi]"`` adds mpi4py and
@@ -129,6 +131,8 @@ class ShardedCore:
         check_agreement(comm, "the network specification", spec)
         self.begin, self.end = shard_range(num_labels, self.ranks, self.rank)
         self._local = core_module.Network(spec, shard=(self.begin, self.end))
+        # per-label sigmoid scores need no shared normaliser; softmax scores do
+        self._softmax = spec["layers"][-1]["activation"] != "sigmoid"
         self.bytes_sent = 0      # bytes this rank put into collectives (training and prediction)
         self.train_bytes = 0     # of which in training steps
         self.batches = 0
@@ -187,10 +191,13 @@ class ShardedCore:
         """Top-k over all ranks' labels with softmax scores over all of them (every rank gets
         the same answer)."""
         lab, sc, mx, sm = self._local.predict_topk(x_indptr, x_indices, x_values, int(k), mode, with_stats=True)
-        gmax, gsum = self._global_stats(mx, sm)
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            factor = np.where(sm > 0, sm * np.exp(mx.astype(np.float64) - gmax) / gsum, 0.0)
-        scores = np.where(lab >= 0, sc.astype(np.float64) * factor[:, None], -np.inf)
+        scores = sc.astype(np.float64)
+        if self._softmax:   # this shard's softmax probabilities, renormalised over all shards
+            gmax, gsum = self._global_stats(mx, sm)
+            with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+                factor = np.where(sm > 0, sm * np.exp(mx.astype(np.float64) - gmax) / gsum, 0.0)
+            scores *= factor[:, None]
+        scores = np.where(lab >= 0, scores, -np.inf)
         n = lab.shape[0]
         all_lab = np.empty((self.ranks,) + lab.shape, dtype=np.int32)
         all_sc = np.empty((self.ranks,) + lab.shape, dtype=np.float64)

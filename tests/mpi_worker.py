@@ -37,8 +37,10 @@ def synth():
 LSH = {"family": "simhash", "K": 6, "L": 20, "min_active": 200, "max_active": 600}
 
 CASES = {
-    # dense output layer: R ranks compute what one does, up to float summation order
+    # dense output layer (the default per-label sigmoid, and softmax): R ranks compute what
+    # one does, up to float summation order
     "dense": dict(data=bibtex, kw=dict(epochs=2, hidden=64, sampling="dense")),
+    "dense-softmax": dict(data=bibtex, kw=dict(epochs=2, hidden=64, sampling="dense"), activation="softmax"),
     # hash-sampled output layers: each rank samples its own labels
     "lsh-delicious": dict(data=delicious, kw=dict(epochs=4, hidden=128, sampling="lsh"), lsh=LSH),
     "lsh-synth": dict(data=synth, kw=dict(epochs=6, hidden=128, sampling="lsh", lr=5e-3, dropout=0.0),
@@ -59,6 +61,8 @@ def main(case: str, out: str) -> None:
     if case == "mismatch":
         kw["hidden"] = 32 + rank
     cfg = slide.Config()
+    if "activation" in spec:
+        cfg.layers[-1].activation = spec["activation"]
     if "lsh" in spec:
         for k, v in spec["lsh"].items():
             setattr(cfg.layers[-1].lsh, k, v)

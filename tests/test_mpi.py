@@ -81,23 +81,25 @@ def test_shard_ranges_cover_the_labels_once():
     assert bytes_per_batch(128, 128) == 4 * 128 + 8 * 128 + 4 * (128 * 128 + 1)
 
 
-def _spec(nf, nl, sampling="dense"):
+def _spec(nf, nl, sampling="dense", activation="softmax"):
     from slide.network import _engine_spec
 
     cfg = slide.Config()
     cfg.layers[0].size = 32
     cfg.layers[-1].size = nl
     cfg.layers[-1].sampling = sampling
+    cfg.layers[-1].activation = activation
     cfg.training.threads = 1
     return _engine_spec(cfg, nf)
 
 
-def test_two_shards_in_one_process_train_like_the_whole_layer(bibtex):
+@pytest.mark.parametrize("activation", ["softmax", "sigmoid"])
+def test_two_shards_in_one_process_train_like_the_whole_layer(bibtex, activation):
     """The engine's shard phases, exchanged by hand, give the whole network's weights."""
     train, _ = bibtex
     X, Y = train.features, train.labels
     nf, nl = X.shape[1], Y.shape[1]
-    spec = _spec(nf, nl)
+    spec = _spec(nf, nl, activation=activation)
     whole = _core.Network(spec)
     shards = [_core.Network(spec, shard=shard_range(nl, 2, r)) for r in range(2)]
     # initial output rows are the whole layer's rows
@@ -145,10 +147,10 @@ def test_shard_phases_refuse_the_wrong_order_and_plain_training(bibtex):
 # ---------------------------------------------------------------------- under mpiexec
 
 @needs_mpi
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_dense_output_layer_matches_one_rank(ranks, tmp_path):
-    one, _ = run_case("dense", 1, tmp_path)
-    many, _ = run_case("dense", ranks, tmp_path)
+@pytest.mark.parametrize("case,ranks", [("dense", 2), ("dense", 3), ("dense-softmax", 3)])
+def test_dense_output_layer_matches_one_rank(case, ranks, tmp_path):
+    one, _ = run_case(case, 1, tmp_path)
+    many, _ = run_case(case, ranks, tmp_path)
     ref = one[0]
     # every rank gives the same predictions, equal to one process's
     for r in range(ranks):
