@@ -174,7 +174,7 @@ def main() -> None:
         rss = max(x["peak_rss_bytes"] for x in pr) / 2**20
         print(f"{res['ranks']:>5} {res['samples_per_second']:>10.0f} {res['epochs']:>6} {res['final_P@1']:>7.4f} "
               f"{max(x['output_rows'] for x in pr):>13} {state:>14.0f} {rss:>17.0f} "
-              f"{res['bytes_per_batch_measured']:>11.0f} {res['bytes_per_batch_formula']:>9}")
+              f"{res['bytes_per_batch_measured']:>11.0f} {res['bytes_per_batch_formula']:>9.0f}")
     print("\nP@1 over training seconds:")
     for res in results:
         print(f"  {res['ranks']} rank(s): " + ", ".join(f"{c['seconds']:.0f}s {c['P@1']:.3f}" for c in res["curve"]))
