@@ -34,8 +34,42 @@ def _user_error_types():
     return (ConfigError, ValueError, FileNotFoundError, FileExistsError, MemoryError, UsageError, RunFolderBusy)
 
 
+_RANK_PREFIX = ""   # "[rank r/R] " under mpiexec
+
+
 def _eprint(*parts) -> None:
-    print(*parts, file=sys.stderr, flush=True)
+    print(_RANK_PREFIX + " ".join(str(p) for p in parts), file=sys.stderr, flush=True)
+
+
+def _mpi_world():
+    """MPI.COMM_WORLD under ``mpiexec -n R`` (R > 1), else None; sets the rank prefix of messages."""
+    global _RANK_PREFIX
+    from .distributed import world
+
+    comm = world()
+    if comm is not None:
+        _RANK_PREFIX = f"[rank {comm.Get_rank()}/{comm.Get_size()}] "
+    return comm
+
+
+def _shared_run_dir(comm, make):
+    """The run folder: rank 0 creates or opens it (with its lock), then the others open it."""
+    from . import runs
+
+    if comm is None:
+        return make()
+    run, error = None, None
+    if comm.Get_rank() == 0:
+        try:
+            run = make()
+        except Exception as e:  # the same error on every rank, not a rank left waiting
+            error = e
+    path = comm.bcast(run.path if run is not None else None, root=0)
+    if comm.Get_rank() == 0 and error is not None:
+        raise error
+    if path is None:
+        raise UsageError("rank 0 could not open the run folder (see its message)")
+    return run if comm.Get_rank() == 0 else runs.RunDir(path)
 
 
 def _parse_ks(text: str) -> List[int]:
@@ -128,11 +162,16 @@ def cmd_train(args) -> int:
     from . import runs
     from .config import Config
 
+    comm = _mpi_world()
+    rank = comm.Get_rank() if comm is not None else 0
+    if rank != 0:
+        args.quiet = True   # one progress bar and one set of result lines: rank 0's
+
     if args.resume:
         if args.config or args.set or args.out:
             raise UsageError("--resume takes the configuration from the run folder; "
                              "do not pass CONFIG, --set or --out with it")
-        run = runs.RunDir.open(args.resume, for_writing=True)  # locked for this process
+        run = _shared_run_dir(comm, lambda: runs.RunDir.open(args.resume, for_writing=True))  # locked by rank 0
         config = run.config()
         runs.validate_config(config, source=run.config_path)
         if run.checkpoints.latest() is None:
@@ -153,21 +192,29 @@ def cmd_train(args) -> int:
         out = args.out or runs.default_run_dir(path)
         # Everything that can fail on user input has been checked: only now write
         # (under the folder's lock, which refuses a second process given the same --out).
-        run = runs.RunDir.create(out, config)
+        run = _shared_run_dir(comm, lambda: runs.RunDir.create(out, config))
 
+    if comm is not None and config.training.threads == 0:
+        # all cores by default, shared by the ranks on this machine
+        from .distributed import local_ranks
+
+        config.training.threads = max(1, (os.cpu_count() or 1) // local_ranks())
     args._run_dir = run.path  # for the resume hint after a failed write
     if not args.quiet:
         _eprint(f"run folder: {run.path}")
     progress = _make_progress(args.quiet)
     try:
         summary = runs.train_run(config, run, resume=bool(args.resume), callbacks=[progress],
-                                 on_record=lambda rec: progress.write(_metric_line(rec)), data=data)
+                                 on_record=lambda rec: progress.write(_metric_line(rec)), data=data,
+                                 comm=comm)
     except KeyboardInterrupt:
         # fit wrote a checkpoint of the interrupted state (on_train_end) before re-raising
         if getattr(args, "debug", False):
             raise
         _eprint(f"slide train: interrupted; continue with: slide train --resume {run.path}")
         return EXIT_INTERRUPTED
+    if rank != 0:
+        return 0
     ks = list(config.eval.k)
     print(f"final ({summary['evaluated_on']}): " + "  ".join(
         f"P@{k} {summary[f'P@{k}']:.4f}" for k in ks if f"P@{k}" in summary))
@@ -177,8 +224,12 @@ def cmd_train(args) -> int:
                 f"refit on all of train for {summary['refit_epochs']}")
     else:
         kept = f"kept epoch {summary['kept_epoch']}"
+    ranks = summary.get("ranks", 1)
+    rss = (f"peak RSS {format_bytes(summary['peak_rss_bytes'])}" if ranks == 1 else
+           f"peak RSS per rank {' '.join(format_bytes(b) for b in summary['peak_rss_bytes_per_rank'])} "
+           f"({ranks} ranks)")
     print(f"train {summary['train_seconds']:.1f}s  " + (f"{sps:.0f} samples/s  " if sps else "")
-          + f"peak RSS {format_bytes(summary['peak_rss_bytes'])}  {kept}")
+          + f"{rss}  {kept}")
     print(f"saved {run.path}")
     return 0
 
@@ -196,7 +247,7 @@ def _load_model_and_data(model: str, data: str, *, labels_needed: bool):
     from .data import Dataset, load_dataset
 
     model_path = runs.resolve_model(model)
-    net = Network.load(model_path)
+    net = Network.load(model_path, comm=_mpi_world())   # a sharded model: one shard per rank, or merged
     if not os.path.exists(data):
         raise FileNotFoundError(f"data file not found: {data}")
     model_shape = f"the model {model_path} has {net.num_features} features and {net.num_labels} labels"
@@ -224,6 +275,8 @@ def cmd_evaluate(args) -> int:
     ks = _parse_ks(args.k)
     net, ds = _load_model_and_data(args.model, args.data, labels_needed=True)
     metrics = {k: float(v) for k, v in net.evaluate(ds, k=tuple(ks)).items()}
+    if net.rank != 0:
+        return 0
     print(f"{args.data}: {len(ds)} points")
     print(_metrics_table(metrics, ks))
     if args.output:
@@ -239,6 +292,10 @@ def cmd_predict(args) -> int:
     if args.batch < 1:
         raise UsageError(f"--batch must be a positive integer, got {args.batch}")
     net, ds = _load_model_and_data(args.model, args.data, labels_needed=False)
+    if net.rank != 0:   # collective: every rank scores its labels, rank 0 writes
+        for a in range(0, len(ds), args.batch):
+            net.predict(ds[a:a + args.batch].features, k=args.k)
+        return 0
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         # Batches keep memory flat and let a large test set stream to the file.
@@ -471,6 +528,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        code = _main(argv)
+    except Exception:
+        if not _RANK_PREFIX:
+            raise
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    if code != 0 and _RANK_PREFIX:
+        # Under mpiexec a rank that fails must not leave its peers waiting in a collective:
+        # end the whole job (after this rank's message).
+        from mpi4py import MPI
+
+        sys.stdout.flush()
+        MPI.COMM_WORLD.Abort(code)
+    return code
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = getattr(args, "debug", False)

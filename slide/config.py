@@ -71,7 +71,10 @@ class LshConfig:
 @dataclass
 class LayerConfig:
     size: Optional[int] = _f(None, "neurons; null on the last layer = number of labels", min=1)
-    activation: str = _f("relu", "relu | softmax (softmax only on the last layer)", choices=("relu", "softmax", "linear"))
+    activation: str = _f("relu", "relu | linear on hidden layers; on the last layer softmax (softmax "
+                                 "cross-entropy, target mass 1/|y|) | sigmoid (per-label binary cross-entropy; "
+                                 "dense output only) | auto (sigmoid when the output layer is dense, else softmax)",
+                         choices=("relu", "softmax", "linear", "sigmoid", "auto"))
     sampling: str = _f("auto", "dense (all neurons) | lsh (hash-selected) | auto (chosen by cost at start-up)",
                        choices=("auto", "dense", "lsh"))
     lsh: LshConfig = _f(LshConfig(), "hash settings, used when sampling is lsh (or auto picks lsh)")
@@ -79,7 +82,7 @@ class LayerConfig:
 
 def _default_layers() -> List[LayerConfig]:
     return [LayerConfig(size=1024, activation="relu", sampling="dense"),
-            LayerConfig(size=None, activation="softmax", sampling="auto")]
+            LayerConfig(size=None, activation="auto", sampling="auto")]
 
 
 @dataclass
@@ -238,8 +241,8 @@ class Config:
             err("layers", "at least one layer (the output layer) is needed")
         for i, layer in enumerate(self.layers):
             last = i == len(self.layers) - 1
-            if layer.activation == "softmax" and not last:
-                err(f"layers.{i}.activation", "softmax is only allowed on the last (output) layer")
+            if layer.activation in OUTPUT_ACTIVATIONS and not last:
+                err(f"layers.{i}.activation", f"{layer.activation} is only allowed on the last (output) layer")
             if layer.size is None and not last:
                 err(f"layers.{i}.size", "hidden layers need a size")
             lsh = layer.lsh
@@ -254,8 +257,14 @@ class Config:
             if i == 0 and layer.sampling == "lsh":
                 err(f"layers.{i}.sampling",
                     "lsh needs a dense hidden layer before it (the first layer reads the sparse input)")
-        if self.layers[-1].activation != "softmax":
-            err(f"layers.{len(self.layers) - 1}.activation", "the output layer must use softmax")
+        out = self.layers[-1]
+        if out.activation not in OUTPUT_ACTIVATIONS:
+            err(f"layers.{len(self.layers) - 1}.activation",
+                f"the output layer must use softmax, sigmoid or auto, got {out.activation!r}")
+        if out.activation == "sigmoid" and out.sampling == "lsh":
+            err(f"layers.{len(self.layers) - 1}.activation",
+                "sigmoid needs a dense output layer (sampling: dense or auto); the sampled-negative "
+                "corrections of an lsh layer are made for softmax")
         b = self.optimizer.betas
         if len(b) != 2 or not all(0.0 <= x < 1.0 for x in b):
             err("optimizer.betas", f"expected two numbers in [0, 1), got {b}")
@@ -275,6 +284,10 @@ class Config:
 
 
 # ---------------------------------------------------------------------- helpers
+
+# Activations of the output layer (each also names its loss); auto is resolved when the
+# network is built (slide.sampling.resolve_output_activation).
+OUTPUT_ACTIVATIONS = ("softmax", "sigmoid", "auto")
 
 # WTA/DWTA coordinates per hash code: fixed, not a configuration key (log2(8) = 3 bits a code).
 WTA_BIN_SIZE = 8

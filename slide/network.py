@@ -33,7 +33,7 @@ from .history import History
 from .persist import FORMAT_VERSION
 from .config import WTA_BIN_SIZE, Config, ConfigError
 from ._arrays import _Arrays, _FitData, _Meter, _Split, _as_csr
-from .sampling import choose_sampling
+from .sampling import choose_sampling, resolve_output_activation
 from .scaling import idf_weights, normalize_rows, scale_values
 
 __all__ = ["Network", "History", "FORMAT_VERSION", "choose_sampling"]
@@ -127,11 +127,19 @@ class Network:
 
     Thread safety: one call at a time per network (fit, predict, evaluate and save share the
     weights); different networks may be used from different threads.
+
+    Several processes (``comm``: an mpi4py communicator of R > 1 ranks, e.g.
+    ``MPI.COMM_WORLD``): the output layer's labels are split into R contiguous ranges, one per
+    rank, and every rank must make the same calls with the same data (:mod:`slide.distributed`).
+    ``fit``, ``predict``, ``evaluate`` and ``save`` are collective and give the same results
+    on every rank; :meth:`parameters` and :meth:`memory_report` are this rank's (the output
+    layer's rows of its labels). ``comm`` of one rank, or None, is the single-process network.
     """
 
     def __init__(self, config: Union[None, str, os.PathLike, Dict[str, Any], Config] = None, *,
                  num_features: Optional[int] = None, num_labels: Optional[int] = None,
-                 **overrides: Any):
+                 comm: Any = None, **overrides: Any):
+        self._comm = comm if comm is not None and comm.Get_size() > 1 else None
         cfg = Config.load(config)
         if overrides:
             cfg = _apply_overrides(cfg, overrides)
@@ -194,6 +202,20 @@ class Network:
         return self._samples_trained
 
     @property
+    def rank(self) -> int:
+        """This process's rank in ``comm`` (0 without one)."""
+        return self._comm.Get_rank() if self._comm is not None else 0
+
+    @property
+    def ranks(self) -> int:
+        """Processes the network is sharded over (1 without ``comm``)."""
+        return self._comm.Get_size() if self._comm is not None else 1
+
+    def _agreed(self, flag: bool) -> bool:
+        """Rank 0's ``flag`` on every rank (decisions from wall time must be the same everywhere)."""
+        return bool(self._comm.bcast(bool(flag), root=0)) if self._comm is not None else bool(flag)
+
+    @property
     def label_counts(self) -> Optional[np.ndarray]:
         """Positive examples per label in the training data (for propensity-scored metrics)."""
         return self._label_counts
@@ -211,10 +233,18 @@ class Network:
         requested = [layer.sampling for layer in cfg.layers]
         sampling = choose_sampling(cfg, num_labels)
         sizes = _memory.layer_sizes(cfg, num_labels)
-        _memory.check_fits(cfg, num_features, num_labels, sampling=sampling)
+        if self._comm is None:
+            _memory.check_fits(cfg, num_features, num_labels, sampling=sampling)
+        else:   # this rank holds the hidden layers and its share of the labels
+            from .distributed import shard_range
+
+            begin, end = shard_range(num_labels, self.ranks, self.rank)
+            _memory.check_fits(cfg, num_features, end - begin, sampling=sampling)
         for layer, size, s in zip(cfg.layers, sizes, sampling):
             layer.size = size
             layer.sampling = s
+        cfg.layers[-1].activation = resolve_output_activation(
+            cfg.layers[-1].activation, sampling[-1], f"layers.{len(cfg.layers) - 1}.activation")
         cfg.validate(source="resolved config")
         if cfg.training.recompute and "lsh" in sampling:
             i = sampling.index("lsh")
@@ -224,7 +254,12 @@ class Network:
                               f"sample by sample with O(active) state per sample, so there is nothing to "
                               f"recompute: set training.recompute: false or layers.{i}.sampling: dense")
         spec = _engine_spec(cfg, num_features)
-        self._core = core.Network(spec)
+        if self._comm is None:
+            self._core = core.Network(spec)
+        else:
+            from .distributed import ShardedCore
+
+            self._core = ShardedCore(core, spec, num_labels, self._comm)
         self.config = cfg
         self.num_features = num_features
         self.num_labels = num_labels
@@ -350,6 +385,14 @@ class Network:
         split = self._split_train_valid(train, valid, auto and self._phase != "refit")
         self._ensure_built(split.num_features, split.num_labels)
         data = self._prepare_arrays(split, test)
+        if self._comm is not None:
+            from .distributed import check_agreement, data_digest
+
+            check_agreement(self._comm, "the training call (epochs, data)", {
+                "epochs": epochs, "phase": self._phase, "step": self.step,
+                "train": [data_digest(a.x_indptr, a.x_indices) for a in (data.fit, data.full)],
+                "labels": data_digest(data.fit.y_indptr, data.fit.y_indices),
+                "valid": data_digest(data.valid.x_indptr, data.valid.x_indices) if data.valid else None})
 
         cbs = list(callbacks)
         if progress:
@@ -501,7 +544,7 @@ class Network:
         lr = self._epoch_lr(replay, batches_per_epoch)
         try:
             while self.epoch < epochs and not self.stop_training:
-                if budget and self._train_seconds >= budget:
+                if budget and self._agreed(self._train_seconds >= budget):
                     history.stopped_by_budget = True
                     break
                 perm = np.random.default_rng([tr.seed, self.epoch]).permutation(n).astype(np.int64)
@@ -653,7 +696,9 @@ class Network:
         labels with the largest bias (default 1000; the tables index weight vectors, not
         biases, and frequent labels that a large bias puts on top are often in no bucket).
         ``candidates=0`` selects as in training instead (random fill to ``lsh.min_active``).
-        Scores are softmax probabilities over the scored labels; labels never scored are -1.
+        Scores are the output layer's probabilities: softmax over the scored labels, or each
+        label's sigmoid for a sigmoid output layer (``activation: auto`` on a dense output
+        layer); labels never scored are -1.
         """
         self._require_built("predict")
         if mode not in ("exact", "lsh"):
@@ -691,7 +736,8 @@ class Network:
             if prior is None:
                 prior = LSH_PRIOR
         labels, scores = self._core.predict_topk(arrays.x_indptr, arrays.x_indices, arrays.x_values,
-                                                 int(k), mode, int(candidates or 0), int(prior or 0))
+                                                 int(k), mode, candidates=int(candidates or 0),
+                                                 prior=int(prior or 0))
         return np.asarray(labels, dtype=np.int32), np.asarray(scores, dtype=np.float32)
 
     def _evaluate_arrays(self, arrays: _Arrays, k) -> Dict[str, float]:
@@ -731,10 +777,12 @@ class Network:
         _persist.save(self, path)
 
     @classmethod
-    def load(cls, path: Union[str, os.PathLike], threads: Optional[int] = None) -> "Network":
+    def load(cls, path: Union[str, os.PathLike], threads: Optional[int] = None,
+             comm: Any = None) -> "Network":
         """Read a file written by :meth:`save` (see :func:`slide.persist.load`); ``threads``
-        overrides ``training.threads``."""
-        return _persist.load(cls, path, threads)
+        overrides ``training.threads``. A model saved by R ranks loads on R ranks (``comm``),
+        or merged into one process without ``comm``."""
+        return _persist.load(cls, path, threads, comm=comm)
 
 # ---------------------------------------------------------------------- helpers
 

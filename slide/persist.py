@@ -119,21 +119,12 @@ def restore_tables(net, data: Dict[str, np.ndarray], meta: Dict[str, Any]) -> No
         net._core.next_rebuild = nxt
 
 
-def save(net, path: Union[str, os.PathLike]) -> None:
-    """Write the network to one ``.npz`` file, atomically.
-
-    The file holds the configuration (YAML), the weights and Adam moments, the step, epoch
-    and position inside the epoch, the normalisation statistics, the training label counts
-    and the best-validation snapshot, so that :meth:`load` followed by :meth:`fit` continues
-    the run exactly: bit-identical with ``threads=1``. LSH layers' hash tables are stored as
-    built at the last scheduled rebuild, with the step of the next one. The data is written
-    to a temporary file in the same folder, flushed to disk and renamed over ``path``: a
-    crash leaves either the old file or the new one, never a partial one.
-    """
-    net._require_built("save")
-    path = os.fspath(path)
+def _network_arrays(net, extra_meta: Optional[Dict[str, Any]] = None) -> Dict[str, np.ndarray]:
+    meta = state_meta(net)
+    if extra_meta:
+        meta.update(extra_meta)
     arrays: Dict[str, np.ndarray] = {
-        "meta": np.frombuffer(json.dumps(jsonable(state_meta(net), nonfinite_as_none=False)).encode("utf-8"), dtype=np.uint8),
+        "meta": np.frombuffer(json.dumps(jsonable(meta, nonfinite_as_none=False)).encode("utf-8"), dtype=np.uint8),
     }
     for name, v in net._core.parameters().items():
         arrays[f"param/{name}"] = np.asarray(v)
@@ -145,16 +136,131 @@ def save(net, path: Union[str, os.PathLike]) -> None:
     if net._label_counts is not None:
         arrays["label_counts"] = net._label_counts
     arrays.update(table_arrays(net))
-    atomic_write(path, lambda fh: np.savez(fh, **arrays))
+    return arrays
 
 
-def load(cls, path: Union[str, os.PathLike], threads: Optional[int] = None) -> Any:
-    """Read a file written by :meth:`save`; ``threads`` overrides ``training.threads``.
+def save(net, path: Union[str, os.PathLike]) -> None:
+    """Write the network to one ``.npz`` file, atomically.
 
-    Raises FileNotFoundError when ``path`` does not exist and ValueError naming the file
-    when it is truncated, corrupt, not a slide network or of another format version.
+    The file holds the configuration (YAML), the weights and Adam moments, the step, epoch
+    and position inside the epoch, the normalisation statistics, the training label counts
+    and the best-validation snapshot, so that :meth:`load` followed by :meth:`fit` continues
+    the run exactly: bit-identical with ``threads=1``. LSH layers' hash tables are stored as
+    built at the last scheduled rebuild, with the step of the next one. The data is written
+    to a temporary file in the same folder, flushed to disk and renamed over ``path``: a
+    crash leaves either the old file or the new one, never a partial one.
+
+    A network sharded over R ranks (collective: every rank calls it with the same ``path``):
+    each rank writes its shard, ``<path>.shard<r>of<R>-<token>`` (a network file of its own:
+    the replicated layers and its rows of the output layer), atomically; once every shard is on
+    disk, rank 0 writes ``path`` itself, a manifest naming the shards, atomically, and then
+    removes shards of earlier saves to ``path``. A crash at any moment leaves ``path`` naming a
+    complete set of shards of one save (the previous one until the new manifest is in place).
     """
+    net._require_built("save")
     path = os.fspath(path)
+    if net._comm is None:
+        arrays = _network_arrays(net)
+        atomic_write(path, lambda fh: np.savez(fh, **arrays))
+        return
+    _save_sharded(net, path)
+
+
+def _shard_name(path: str, rank: int, ranks: int, token: str) -> str:
+    return f"{path}.shard{rank}of{ranks}-{token}"
+
+
+def _collective_ok(comm, error: Optional[BaseException], what: str) -> None:
+    """Raises on every rank when any rank failed (so none waits on a peer that gave up)."""
+    errors = comm.allgather(None if error is None else f"{type(error).__name__}: {error}")
+    if error is not None:
+        raise error
+    bad = [(r, e) for r, e in enumerate(errors) if e is not None]
+    if bad:
+        r, e = bad[0]
+        raise OSError(f"{what}: rank {r} failed: {e}")
+
+
+def _save_sharded(net, path: str) -> None:
+    import secrets
+
+    comm = net._comm
+    rank, ranks = comm.Get_rank(), comm.Get_size()
+    token = comm.bcast(f"{net.step:010d}{secrets.token_hex(4)}" if rank == 0 else None, root=0)
+    core = net._core
+    shard_path = _shard_name(path, rank, ranks, token)
+    error: Optional[BaseException] = None
+    try:
+        arrays = _network_arrays(net, {"shard": {"rank": rank, "ranks": ranks, "begin": int(core.begin),
+                                                 "end": int(core.end), "token": token}})
+        atomic_write(shard_path, lambda fh: np.savez(fh, **arrays))
+        size = os.path.getsize(shard_path)
+    except OSError as e:
+        error, size = e, -1
+    _collective_ok(comm, error, f"saving {path}")
+    sizes = comm.gather(size, root=0)
+    error = None
+    if rank == 0:
+        try:
+            meta = {"magic": _MAGIC, "format_version": FORMAT_VERSION, "num_features": net.num_features,
+                    "num_labels": net.num_labels, "step": net.step, "epoch": net.epoch,
+                    "sharded": {"ranks": ranks, "token": token, "shards": [
+                        {"file": os.path.basename(_shard_name(path, r, ranks, token)),
+                         "begin": b, "end": e, "bytes": sizes[r]}
+                        for r, (b, e) in enumerate(comm_ranges(net.num_labels, ranks))]}}
+            data = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+            atomic_write(path, lambda fh: np.savez(fh, meta=data))
+            remove_stale_shards(path, keep_token=token)
+        except OSError as e:
+            error = e
+    failed = comm.bcast(None if error is None else str(error), root=0)
+    if error is not None:
+        raise error
+    if failed is not None:
+        raise OSError(f"saving {path}: rank 0 could not write the manifest: {failed}")
+
+
+def comm_ranges(num_labels: int, ranks: int):
+    from .distributed import shard_range
+
+    return [shard_range(num_labels, ranks, r) for r in range(ranks)]
+
+
+def shard_files(path: str):
+    """Shard files written for ``path`` (any save): ``(file, token)`` pairs."""
+    import re
+
+    folder, base = os.path.split(os.fspath(path))
+    pat = re.compile(re.escape(base) + r"\.shard\d+of\d+-([0-9a-f]+)$")
+    out = []
+    for name in os.listdir(folder or "."):
+        m = pat.match(name)
+        if m:
+            out.append((os.path.join(folder, name), m.group(1)))
+    return out
+
+
+def remove_stale_shards(path: str, keep_token: Optional[str] = None) -> None:
+    """Deletes shard files of ``path`` from saves other than ``keep_token`` (None: all)."""
+    for f, token in shard_files(path):
+        if token != keep_token:
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
+
+
+def manifest_token(path: str) -> Optional[str]:
+    """The token of the shards a sharded network file names (None for a one-process file)."""
+    try:
+        meta, _ = _read(path)
+    except (ValueError, FileNotFoundError):
+        return None
+    return (meta.get("sharded") or {}).get("token")
+
+
+def _read(path: str):
+    """(meta, arrays) of a network file, with errors that name the file."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"network file not found: {path}")
     try:
@@ -176,13 +282,95 @@ def load(cls, path: Union[str, os.PathLike], threads: Optional[int] = None) -> A
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{path}: format version {meta.get('format_version')} is not supported "
                          f"by this slide (reads version {FORMAT_VERSION})")
+    return meta, data
+
+
+def load(cls, path: Union[str, os.PathLike], threads: Optional[int] = None, comm: Any = None) -> Any:
+    """Read a file written by :meth:`save`; ``threads`` overrides ``training.threads``.
+
+    Raises FileNotFoundError when ``path`` does not exist and ValueError naming the file
+    when it is truncated, corrupt, not a slide network or of another format version.
+
+    A network saved by R ranks: with ``comm`` of R ranks (collective), each rank reads its
+    shard; without ``comm`` (or with one rank) the shards are merged into one network in this
+    process (hash tables rebuilt from the merged weights). Another number of ranks is refused.
+    """
+    path = os.fspath(path)
+    meta, data = _read(path)
+    sharded = meta.get("sharded")
+    ranks = comm.Get_size() if comm is not None else 1
+    if sharded is None:
+        if ranks > 1:
+            raise ValueError(f"{path}: a one-process network; load it without comm (or train a new "
+                             f"network on {ranks} ranks)")
+        return _restore(cls, path, meta, data, threads, None)
+    try:
+        saved_ranks = int(sharded["ranks"])
+        shards = sharded["shards"]
+        token = sharded["token"]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: incomplete sharded network manifest: {e}") from None
+    folder = os.path.dirname(path)
+    files = [os.path.join(folder, s["file"]) for s in shards]
+    if ranks > 1:
+        if ranks != saved_ranks:
+            raise ValueError(f"{path}: saved by {saved_ranks} MPI ranks, but this job has {ranks}; run it "
+                             f"with mpiexec -n {saved_ranks}, or load it without MPI to merge the shards")
+        rank = comm.Get_rank()
+        error = None
+        try:
+            smeta, sdata = _read_shard(files[rank], token, rank)
+        except (ValueError, FileNotFoundError) as e:
+            error = e
+        from .distributed import check_agreement
+
+        errors = comm.allgather(None if error is None else str(error))
+        if error is not None:
+            raise error
+        if any(errors):
+            raise ValueError(next(e for e in errors if e))
+        check_agreement(comm, f"the network file {path}", token)
+        return _restore(cls, files[rank], smeta, sdata, threads, comm)
+    # merge the shards into one network
+    parts = [_read_shard(f, token, r) for r, f in enumerate(files)]
+    smeta, first = parts[0]
+    merged = {k: v for k, v in first.items() if not k.startswith("tables/")}
+    out_layer = len(yaml_layers(smeta)) - 1
+    for key in list(merged):
+        kind, _, name = key.partition("/")
+        if kind not in ("param", "best") or not name.startswith(f"layers.{out_layer}."):
+            continue
+        axis = 1 if out_layer == 0 and ".weight" in name else 0
+        merged[key] = np.concatenate([p[1][key] for p in parts], axis=axis)
+    smeta = dict(smeta)
+    smeta.pop("shard", None)
+    smeta["next_rebuild"] = None
+    return _restore(cls, path, smeta, merged, threads, None)
+
+
+def yaml_layers(meta: Dict[str, Any]):
+    import yaml
+
+    return (yaml.safe_load(meta["config_yaml"]) or {}).get("layers") or []
+
+
+def _read_shard(path: str, token: str, rank: int):
+    meta, data = _read(path)
+    sh = meta.get("shard") or {}
+    if sh.get("token") != token or sh.get("rank") != rank:
+        raise ValueError(f"{path}: not shard {rank} of this save (token {sh.get('token')!r}, expected {token!r})")
+    return meta, data
+
+
+def _restore(cls, path: str, meta: Dict[str, Any], data: Dict[str, np.ndarray], threads: Optional[int],
+             comm: Any) -> Any:
     try:
         import yaml
 
         cfg = Config.from_dict(yaml.safe_load(meta["config_yaml"]), source=path)
         if threads is not None:
             cfg.training.threads = _positive_int(threads, "threads", allow_zero=True)
-        net = cls(cfg)
+        net = cls(cfg, comm=comm)
         net._build(int(meta["num_features"]), int(meta["num_labels"]))
         params = {k[len("param/"):]: v for k, v in data.items() if k.startswith("param/")}
         missing = set(net._core.parameters()) - set(params)

@@ -246,13 +246,25 @@ class CheckpointStore:
         return items[-1] if items else None
 
     def remove_partial(self) -> None:
-        """Delete leftovers of writes that a crash interrupted."""
+        """Delete leftovers of writes that a crash interrupted (with a sharded network: shards
+        that no complete checkpoint names)."""
         if not os.path.isdir(self.directory):
             return
-        complete = {c.step for c in self.list()}
+        from .persist import manifest_token
+
+        complete = {c.step: c for c in self.list()}
+        tokens = {step: manifest_token(c.path) for step, c in complete.items()}
         for name in os.listdir(self.directory):
             p = os.path.join(self.directory, name)
             m = re.match(r"^step-(\d{10})\.(json|ckpt)$", name)
+            shard = re.match(r"^step-(\d{10})\.ckpt\.shard\d+of\d+-([0-9a-f]+)$", name)
+            if shard:
+                if tokens.get(int(shard.group(1))) != shard.group(2):
+                    try:
+                        os.unlink(p)
+                    except OSError:
+                        pass
+                continue
             if ".tmp" in name or (m and int(m.group(1)) not in complete):
                 try:
                     os.unlink(p)
@@ -265,6 +277,9 @@ class CheckpointStore:
         final = self._model_path(step)
         manifest = self._manifest_path(step)
         state = dict(state or {}, step=step, epoch=int(net.epoch))
+        comm = getattr(net, "_comm", None)
+        if comm is not None:
+            return self._save_sharded(net, comm, final, manifest, state)
         previous = self.latest()
         target = final
         try:
@@ -285,6 +300,12 @@ class CheckpointStore:
                         pass
             kept = f"; the previous checkpoint {previous.path} is intact" if previous else ""
             raise RunWriteError(target, e, kept) from e
+        self._drop_old()
+        return Checkpoint(step, final, state)
+
+    def _drop_old(self) -> None:
+        from .persist import remove_stale_shards
+
         for old in self.list()[:-self.keep]:
             # manifest first: a model left behind by a crash here is swept as partial
             for p in (self._manifest_path(old.step), old.path):
@@ -292,7 +313,31 @@ class CheckpointStore:
                     os.unlink(p)
                 except OSError:
                     pass
-        return Checkpoint(step, final, state)
+            remove_stale_shards(old.path)
+
+    def _save_sharded(self, net, comm, final: str, manifest: str, state: Dict[str, Any]) -> Checkpoint:
+        """A sharded network (collective): every rank writes its shard, then rank 0 the model
+        manifest (slide.persist), then rank 0 the checkpoint manifest: a checkpoint counts only
+        once all of them are on disk."""
+        rank = comm.Get_rank()
+        previous = self.latest() if rank == 0 else None
+        if rank == 0:
+            os.makedirs(self.directory, exist_ok=True)
+        comm.Barrier()
+        try:
+            net.save(final)
+        except OSError as e:
+            kept = f"; the previous checkpoint {previous.path} is intact" if previous else ""
+            raise RunWriteError(final, e, kept) from e
+        if rank == 0:
+            try:
+                state["model_bytes"] = os.path.getsize(final)
+                atomic_write_text(manifest, json.dumps(state))
+            except OSError as e:
+                kept = f"; the previous checkpoint {previous.path} is intact" if previous else ""
+                raise RunWriteError(manifest, e, kept) from e
+            self._drop_old()
+        return Checkpoint(int(net.step), final, state)
 
 
 # ---------------------------------------------------------------------- run folder
@@ -555,6 +600,7 @@ class RunRecorder(Callback):
         return self.seconds_offset + (time.perf_counter() - self.t0)
 
     def checkpoint(self, net) -> None:
+        # collective under MPI: every rank writes its shard (the decision to get here is shared)
         if int(net.step) == self.last_checkpoint_step:
             return
         self.run.checkpoints.save(net, {"wall_seconds": self.elapsed()})
@@ -567,12 +613,14 @@ class RunRecorder(Callback):
         self.last_checkpoint = self.t0
 
     def on_batch_end(self, net, step, loss):
-        if self.every_seconds > 0 and time.perf_counter() - self.last_checkpoint >= self.every_seconds:
+        if self.every_seconds > 0 and net._agreed(time.perf_counter() - self.last_checkpoint >= self.every_seconds):
             self.checkpoint(net)
 
     def on_evaluate(self, net, record):
         # ``seconds`` is the network's training time (evaluation excluded), carried
         # through checkpoints, so a resumed run continues the same clock.
+        if net.rank != 0:   # the run folder's files are rank 0's
+            return
         self.run.append_metrics(record)
         if self.on_record is not None:
             self.on_record(record)
@@ -587,27 +635,35 @@ class RunRecorder(Callback):
 
 def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: Iterable = (),
               on_record: Optional[Callable[[Dict[str, Any]], None]] = None,
-              data: Optional[tuple] = None) -> Dict[str, Any]:
+              data: Optional[tuple] = None, comm: Any = None) -> Dict[str, Any]:
     """Train ``config`` in ``run`` (continuing its latest checkpoint when ``resume``).
 
     ``data`` is the ``(train, valid, test)`` triple when the caller loaded it
     already (the CLI does, to report data errors before creating the folder).
     Writes metrics.jsonl, checkpoints, model.slide and summary.json; returns the summary.
+    With ``comm`` (MPI ranks, collective) one network is trained over all ranks; rank 0 writes
+    the run folder's files, each rank its shard of every checkpoint and of the model.
     """
     from . import Network
 
     train, valid, test = data if data is not None else load_run_data(config)
     seconds_offset = 0.0
+    rank = comm.Get_rank() if comm is not None else 0
     if resume:
-        run.checkpoints.remove_partial()
-        ck = run.checkpoints.latest()
+        ck = None
+        if rank == 0:
+            run.checkpoints.remove_partial()
+            ck = run.checkpoints.latest()
+        if comm is not None:   # rank 0's choice, for every rank
+            ck = comm.bcast(ck, root=0)
         if ck is None:
             raise FileNotFoundError(f"{run.path}: no checkpoint to resume from")
-        net = Network.load(ck.path)
+        net = Network.load(ck.path, comm=comm)
         seconds_offset = float(ck.state.get("wall_seconds", 0.0))
-        run.truncate_metrics(int(net.total_steps))
+        if rank == 0:
+            run.truncate_metrics(int(net.total_steps))
     else:
-        net = Network(config)
+        net = Network(config, comm=comm)
     start_step = int(net.step)
 
     recorder = RunRecorder(run, config, seconds_offset=seconds_offset, on_record=on_record)
@@ -620,6 +676,10 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
         ((valid, "valid") if valid is not None else (train, "train"))
     final = net.evaluate(eval_set, k=tuple(config.eval.k))
     _writing(run.model_path, lambda: net.save(run.model_path))  # atomic: temporary file, fsync, rename
+    rss = peak_rss_bytes()
+    rss_per_rank = comm.gather(rss, root=0) if comm is not None else [rss]
+    if rank != 0:
+        return {"rank": rank, "peak_rss_bytes": rss}
 
     records = run.read_metrics()
     epochs_done = int(net.epoch)
@@ -634,7 +694,9 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
         "train_seconds": train_seconds,
         "wall_seconds": wall_seconds,
         "samples_per_second": (net.samples_trained / train_seconds) if train_seconds > 0 else None,
-        "peak_rss_bytes": peak_rss_bytes(),
+        "peak_rss_bytes": max(rss_per_rank),
+        "ranks": len(rss_per_rank),
+        "peak_rss_bytes_per_rank": rss_per_rank,
         "best_epoch": history.best_epoch,
         "refit_epochs": getattr(history, "refit_epochs", None),
         "kept_epoch": kept_epoch,

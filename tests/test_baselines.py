@@ -91,7 +91,8 @@ def test_embedding_bag_forward_equals_dense_matmul():
                                rtol=1e-4)
 
 
-def test_loss_is_cross_entropy_with_mass_one_over_num_labels_and_skips_unlabelled_points():
+@pytest.mark.parametrize("activation", ["softmax", "auto"])
+def test_loss_is_cross_entropy_with_mass_one_over_num_labels_and_skips_unlabelled_points(activation):
     torch = pytest.importorskip("torch", reason=NEEDS_TORCH)
     from slide.baselines.torch_dense import TorchDenseTrainer
     x, y = _tiny()
@@ -99,15 +100,21 @@ def test_loss_is_cross_entropy_with_mass_one_over_num_labels_and_skips_unlabelle
     y[3] = 0  # an unlabelled point carries no target: it must not be trained on
     y = sp.csr_matrix(y)
     cfg = Config.from_dict({"training": {"threads": 1, "batch_size": 64, "dropout": 0.0},
-                            "optimizer": {"lr": 1e-9}})
+                            "optimizer": {"lr": 1e-9},
+                            "layers": [{"size": 1024}, {"activation": activation}]})
     t = TorchDenseTrainer(cfg, x.shape[1], y.shape[1])
     with torch.no_grad():
         xn = normalize_rows(x, "l2")
         ind, off, val = t._batch_tensors(xn, np.arange(x.shape[0]))
         z = t.model(ind, off, val).double().numpy()
-    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
     keep = [i for i in range(x.shape[0]) if y[i].nnz]
-    expected = np.mean([-logp[i, y[i].indices].mean() for i in keep])
+    if activation == "softmax":
+        logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        expected = np.mean([-logp[i, y[i].indices].mean() for i in keep])
+    else:   # auto on this dense output layer: a binary cross-entropy per label
+        target = y.toarray() > 0
+        bce = np.logaddexp(0, z) - z * target
+        expected = np.mean([bce[i].sum() for i in keep])
     recs = t.fit_for((x, y), epochs=1, test=(x, y))
     assert t.samples_seen == len(keep)
     assert recs[-1]["loss"] == pytest.approx(expected, rel=1e-4)

@@ -130,7 +130,8 @@ def test_train_says_what_sampling_auto_chose(tmp_path):
     r = run_cli("train", "--set", "training.epochs=1", "--set", "training.threads=1", "--set", "layers.0.size=64",
                 cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "network: 1836 features -> 64 relu (dense) -> 159 softmax (dense, chosen by sampling: auto)" in r.stdout
+    # ... and its activation to `auto`: sigmoid (per-label binary loss) on a dense output layer
+    assert "network: 1836 features -> 64 relu (dense) -> 159 sigmoid (dense, chosen by sampling: auto)" in r.stdout
 
 
 def test_quiet_prints_only_the_result(tmp_path):

@@ -586,9 +586,10 @@ def test_matrix_product_kernels_match_numpy(isa):
         _core._matmul(np.zeros((2, 3), np.float32), np.zeros((4, 2), np.float32), isa=isa)
 
 
-def numpy_step(p, X, labels, lr, eps, hidden_layers):
+def numpy_step(p, X, labels, lr, eps, hidden_layers, loss="softmax"):
     """One training step of a dense network in float64 numpy: forward, softmax cross-entropy with
-    target mass 1/|y| (unlabeled samples contribute nothing), backward, Adam at t = 1."""
+    target mass 1/|y| (or, loss="sigmoid", per-label binary cross-entropy with target 1 on each
+    label; unlabeled samples contribute nothing either way), backward, Adam at t = 1."""
     b = len(X)
     hs = [X]
     for l in range(hidden_layers + 1):
@@ -596,12 +597,15 @@ def numpy_step(p, X, labels, lr, eps, hidden_layers):
         z = hs[-1] @ (W if l == 0 else W.T) + bias
         hs.append(np.maximum(z, 0) if l < hidden_layers else z)
     z = hs[-1]
-    prob = np.exp(z - z.max(1, keepdims=True))
-    prob /= prob.sum(1, keepdims=True)
+    if loss == "sigmoid":
+        prob = 1.0 / (1.0 + np.exp(-z))
+    else:
+        prob = np.exp(z - z.max(1, keepdims=True))
+        prob /= prob.sum(1, keepdims=True)
     target = np.zeros_like(prob)
     for i, ys in enumerate(labels):
         if ys:
-            target[i, ys] = 1.0 / len(ys)
+            target[i, ys] = 1.0 if loss == "sigmoid" else 1.0 / len(ys)
     has = np.array([bool(ys) for ys in labels])
     d = (prob - target) * has[:, None] / b
     grads = {}
@@ -621,17 +625,19 @@ def numpy_step(p, X, labels, lr, eps, hidden_layers):
     return new
 
 
-@pytest.mark.parametrize("hidden", [[24], [24, 12]])
-def test_one_dense_step_matches_a_numpy_reference(hidden):
-    """A network without hash-sampled layers trains a batch layer by layer (matrix products):
-    one step from the same weights equals a float64 numpy reference. A large Adam eps makes the
-    first step proportional to the gradient, so gradient magnitudes are checked, not only signs."""
+@pytest.mark.parametrize("hidden,loss", [([24], "softmax"), ([24, 12], "softmax"), ([24], "sigmoid"),
+                                         ([24, 12], "sigmoid"), ([], "sigmoid"), ([], "softmax")])
+def test_one_dense_step_matches_a_numpy_reference(hidden, loss):
+    """A network without hash-sampled layers trains a batch layer by layer (matrix products;
+    with no hidden layer, per sample): one step from the same weights equals a float64 numpy
+    reference, for both output losses. A large Adam eps makes the first step proportional to
+    the gradient, so gradient magnitudes are checked, not only signs."""
     x, lab, _ = make_problem(n=40, D=60, C=10, multilabel=True, seed=5)
     yptr, yind = lab
     # Sample 3 has no labels: it must contribute no gradient.
     yind = np.concatenate([yind[:yptr[3]], yind[yptr[4]:]]).astype(np.int32)
     yptr = np.concatenate([yptr[:4], yptr[4:] - (yptr[4] - yptr[3])]).astype(np.int64)
-    layers = [dict(size=h, activation="relu") for h in hidden] + [dict(size=10, activation="softmax")]
+    layers = [dict(size=h, activation="relu") for h in hidden] + [dict(size=10, activation=loss)]
     eps, lr = 1.0, 0.05
     net = Network(dict(input_dim=60, layers=layers, threads=2, seed=1, eps=eps))
     start = {k: v.astype(np.float64) for k, v in net.parameters().items() if "adam" not in k}
@@ -644,7 +650,7 @@ def test_one_dense_step_matches_a_numpy_reference(hidden):
         X[i, ind[ptr[r]:ptr[r + 1]]] = val[ptr[r]:ptr[r + 1]]
         labels.append(sorted(set(yind[yptr[r]:yptr[r + 1]].tolist())))
     assert labels[2] == []
-    expected = numpy_step(start, X, labels, lr, eps, len(hidden))
+    expected = numpy_step(start, X, labels, lr, eps, len(hidden), loss)
     got = net.parameters()
     for name, want in expected.items():
         moved = np.abs(want - start[name]).max()

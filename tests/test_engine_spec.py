@@ -46,6 +46,7 @@ def test_core_reports_the_resolved_config(sampling):
 def test_engine_spec_round_trips_through_the_core():
     cfg = slide.Config()
     cfg.layers[-1].sampling = "lsh"
+    cfg.layers[-1].activation = "softmax"   # resolved as Network._build resolves auto for lsh
     cfg.layers[-1].size = 2000
     cfg.layers[-1].lsh.range_pow = 9
     cfg.training.threads = 1

@@ -94,7 +94,7 @@ def test_overrides_map_to_config():
     assert (c.training.epochs, c.training.batch_size, c.optimizer.lr, c.training.threads) == (7, 64, 0.02, 1)
     assert c.training.seed == 9 and c.training.dropout == 0.25 and c.optimizer.weight_decay == 1e-4
     assert [layer.size for layer in c.layers] == [64, 32, None]
-    assert c.layers[-1].activation == "softmax" and c.layers[-1].sampling == "dense"
+    assert c.layers[-1].activation == "auto" and c.layers[-1].sampling == "dense"
     assert c.data.normalize == "tfidf_l2" and c.eval.k == [1, 2]
     assert not net.built
 
@@ -124,6 +124,47 @@ def test_sampling_auto_uses_a_cost_model():
     with pytest.raises(ConfigError, match=r"layers\.0\.sampling"):
         choose_sampling(Config.from_dict({"layers": [{"size": 128, "sampling": "lsh"},
                                                      {"activation": "softmax"}]}), 1000)
+
+
+def test_output_activation_auto_resolves_by_sampling():
+    # auto: per-label sigmoid on a dense output layer, softmax where LSH samples the layer
+    assert Network(num_features=20, num_labels=159, hidden=8).config.layers[-1].activation == "sigmoid"
+    wide = Network(num_features=20, num_labels=30_000, hidden=8, threads=1)
+    assert wide.resolved_sampling[-1] == "lsh" and wide.config.layers[-1].activation == "softmax"
+    # explicit choices stay as written
+    soft = {"layers": [{"size": 8}, {"activation": "softmax"}]}
+    assert Network(soft, num_features=20, num_labels=159).config.layers[-1].activation == "softmax"
+
+
+@pytest.mark.parametrize("layers,message", [
+    ([{"size": 8, "activation": "sigmoid"}, {"activation": "softmax"}],
+     r"layers\.0\.activation: sigmoid is only allowed on the last"),
+    ([{"size": 8}, {"activation": "relu"}], r"layers\.1\.activation: the output layer must use softmax, sigmoid or auto"),
+    ([{"size": 8}, {"activation": "sigmoid", "sampling": "lsh"}], r"layers\.1\.activation: sigmoid needs a dense"),
+    ([{"size": 8}, {"activation": "tanh"}], r"layers\.1\.activation: must be one of"),
+])
+def test_output_activation_errors_name_the_key(layers, message):
+    with pytest.raises(ConfigError, match=message):
+        Network({"layers": layers})
+
+
+def test_sigmoid_with_lsh_chosen_by_auto_is_refused_naming_the_key():
+    cfg = {"layers": [{"size": 8}, {"activation": "sigmoid", "sampling": "auto"}]}
+    with pytest.raises(ConfigError, match=r"layers\.1\.activation: sigmoid needs a dense output layer"):
+        Network(cfg, num_features=20, num_labels=30_000)
+
+
+def test_sigmoid_output_learns_and_scores_are_per_label_probabilities(data):
+    train, test = data
+    net = small(epochs=12)   # per-label losses start slower than softmax (0.60 after 4 epochs)
+    assert net.config.layers[-1].activation == "auto"
+    net.fit(train)
+    assert net.config.layers[-1].activation == "sigmoid"
+    assert net.evaluate(test)["P@1"] > 0.9
+    _, scores = net.predict(test[0], k=24)
+    # independent sigmoids: in (0, 1), sorted, and not a distribution over the labels
+    assert np.all((scores > 0) & (scores < 1)) and np.all(np.diff(scores, axis=1) <= 0)
+    assert not np.allclose(scores.sum(1), 1.0, atol=1e-2)
 
 
 def test_eager_build_and_predict_checks(data):

@@ -179,8 +179,19 @@ The slide training engine (SLIDE, Chen et al., MLSys 2020).
 Network(spec: dict). train_batch and rebuild_tables release the GIL and must not run
 concurrently on one network (they serialise on a lock); predict_topk is const and may
 run from several Python threads at once.)doc")
-      .def(py::init([](const py::dict& spec) { return std::make_unique<Network>(spec_from_dict(spec)); }),
-           py::arg("spec"))
+      .def(py::init([](const py::dict& spec, const py::object& shard) {
+             slide::OutputShard s;
+             if (!shard.is_none()) {
+               if (!py::isinstance<py::tuple>(shard) || py::len(shard) != 2)
+                 bad("shard", "expected a tuple (begin, end) of output neurons, got " + type_name(shard));
+               py::tuple t = shard.cast<py::tuple>();
+               s.begin = t[0].cast<int64_t>();
+               s.end = t[1].cast<int64_t>();
+             }
+             return std::make_unique<Network>(spec_from_dict(spec), s);
+           }),
+           py::arg("spec"), py::arg("shard") = py::none(),
+           "shard=(begin, end): hold only output neurons [begin, end) (label-sharded training).")
       .def(
           "train_batch",
           [](Network& net, const py::object& x_indptr, const py::object& x_indices, const py::object& x_values,
@@ -198,9 +209,65 @@ run from several Python threads at once.)doc")
           py::arg("rows"), py::arg("lr"),
           "Train one batch made of samples `rows` of the CSR arrays; returns the mean loss.")
       .def(
+          "shard_forward",
+          [](Network& net, const py::object& x_indptr, const py::object& x_indices, const py::object& x_values,
+             const py::object& y_indptr, const py::object& y_indices, const py::object& rows) {
+            slide::CsrView x = csr(x_indptr, x_indices, &x_values, "x_indptr", "x_indices", "x_values");
+            slide::CsrView y = csr(y_indptr, y_indices, nullptr, "y_indptr", "y_indices", "");
+            int64_t b = 0;
+            const int64_t* r = array_1d<int64_t>(rows, "rows", &b);
+            net.check_batch(x, &y, r, b);
+            py::array_t<float> mx(b);
+            py::array_t<double> sm(b);
+            float* mp = mx.mutable_data();
+            double* sp = sm.mutable_data();
+            {
+              py::gil_scoped_release release;
+              net.shard_forward(x, y, r, b, mp, sp);
+            }
+            return py::make_tuple(mx, sm);
+          },
+          py::arg("x_indptr"), py::arg("x_indices"), py::arg("x_values"), py::arg("y_indptr"), py::arg("y_indices"),
+          py::arg("rows"),
+          "Label shard, phase 1 of a batch: returns each sample's softmax statistics (max float32 [b], sum "
+          "float64 [b]) over this shard's active output neurons. The arrays must stay alive until shard_update.")
+      .def(
+          "shard_backward",
+          [](Network& net, const py::array_t<float, py::array::c_style | py::array::forcecast>& mx,
+             const py::array_t<double, py::array::c_style | py::array::forcecast>& sm) {
+            const int64_t b = static_cast<int64_t>(mx.size());
+            if (sm.size() != mx.size()) bad("sum", "must have as many entries as max");
+            const int64_t D = net.shard_dh_dim();
+            py::array_t<float> dh({b, std::max<int64_t>(D, 0)});
+            float* dp = dh.mutable_data();
+            double loss = 0.0;
+            {
+              py::gil_scoped_release release;
+              loss = net.shard_backward(mx.data(), sm.data(), dp);
+            }
+            return py::make_tuple(loss, dh);
+          },
+          py::arg("max"), py::arg("sum"),
+          "Label shard, phase 2: from the statistics combined over all shards, the output layer's gradient; "
+          "returns (this shard's part of the summed losses, its part of dL/dh float32 [b, shard_dh_dim]).")
+      .def(
+          "shard_update",
+          [](Network& net, const py::array_t<float, py::array::c_style | py::array::forcecast>& dh, double lr) {
+            if (dh.ndim() != 2 || dh.shape(1) != net.shard_dh_dim())
+              bad("dh", "expected float32 [b, " + std::to_string(net.shard_dh_dim()) + "]");
+            py::gil_scoped_release release;
+            net.shard_update(dh.data(), static_cast<float>(lr));
+          },
+          py::arg("dh"), py::arg("lr"),
+          "Label shard, phase 3: given dL/dh summed over all shards, the hidden layers' gradients and the "
+          "Adam step of every layer.")
+      .def_property_readonly("shard_dh_dim", &Network::shard_dh_dim)
+      .def_property_readonly("shard_begin", &Network::shard_begin)
+      .def_property_readonly("shard_end", &Network::shard_end)
+      .def(
           "predict_topk",
           [](const Network& net, const py::object& x_indptr, const py::object& x_indices, const py::object& x_values,
-             int64_t k, const std::string& mode, int64_t candidates, int64_t prior) {
+             int64_t k, const std::string& mode, bool with_stats, int64_t candidates, int64_t prior) {
             if (mode != "exact" && mode != "lsh") bad("mode", "must be 'exact' or 'lsh', got '" + mode + "'");
             if (candidates < 0) bad("candidates", "must be >= 0 (0 = the layer's selection), got " + std::to_string(candidates));
             if (prior < 0) bad("prior", "must be >= 0, got " + std::to_string(prior));
@@ -212,15 +279,25 @@ run from several Python threads at once.)doc")
             py::array_t<float> scores({x.n, k});
             int32_t* lp = labels.mutable_data();
             float* sp = scores.mutable_data();
+            std::vector<slide::SoftmaxStats> stats(with_stats ? static_cast<size_t>(x.n) : 0);
             {
               py::gil_scoped_release release;
-              net.predict_topk(x, static_cast<int>(k), mode == "lsh", lp, sp, slide::LshQuery{candidates, prior});
+              net.predict_topk(x, static_cast<int>(k), mode == "lsh", lp, sp, with_stats ? stats.data() : nullptr,
+                               slide::LshQuery{candidates, prior});
             }
-            return py::make_tuple(labels, scores);
+            if (!with_stats) return py::tuple(py::make_tuple(labels, scores));
+            py::array_t<float> mx(x.n);
+            py::array_t<double> sm(x.n);
+            for (int64_t i = 0; i < x.n; ++i) {
+              mx.mutable_data()[i] = stats[i].max;
+              sm.mutable_data()[i] = stats[i].sum;
+            }
+            return py::tuple(py::make_tuple(labels, scores, mx, sm));
           },
           py::arg("x_indptr"), py::arg("x_indices"), py::arg("x_values"), py::arg("k"), py::arg("mode") = "exact",
-          py::arg("candidates") = 0, py::arg("prior") = 0,
-          "Top-k labels (int32 [n,k]) and softmax scores (float32 [n,k]) per sample. mode 'lsh': "
+          py::arg("with_stats") = false, py::arg("candidates") = 0, py::arg("prior") = 0,
+          "Top-k labels (int32 [n,k]) and softmax scores (float32 [n,k]) per sample; with_stats adds the "
+          "softmax statistics (max float32 [n], sum float64 [n]) of the scored neurons. mode 'lsh': "
           "candidates N > 0 scores the N hash candidates found in the most tables (no random fill; 0 = "
           "as in training); prior P also scores the P labels with the largest bias.")
       .def_property(

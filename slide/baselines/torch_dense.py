@@ -9,8 +9,10 @@ The model mirrors what :class:`slide.Network` trains for the same :class:`slide.
 * the hidden layers of the config follow with ReLU (and ``training.dropout`` on their outputs);
 * the output layer is a full dense ``nn.Linear`` over all labels: no sampling, which is exactly
   the cost slide avoids;
-* the loss is softmax cross-entropy against a target that gives each of a point's ``|y|`` labels
-  mass ``1/|y|``; training points without a label are skipped;
+* the loss is the output layer's: softmax cross-entropy against a target that gives each of a
+  point's ``|y|`` labels mass ``1/|y|`` (``activation: softmax``), or a binary cross-entropy per
+  label (``sigmoid``, and ``auto``, which is sigmoid on a dense output layer as this one is);
+  training points without a label are skipped;
 * Adam (AdamW when ``optimizer.weight_decay > 0``) with ``fused=True`` where the device supports
   it, else the ``foreach`` implementation; same learning rate, betas, epsilon, warm-up, per-epoch
   decay, batch size, seed and thread count as the config.
@@ -113,6 +115,8 @@ class TorchDenseTrainer:
         self.num_features = int(num_features)
         out = self.config.layers[-1].size
         self.num_labels = int(out) if out else int(num_labels)
+        # the output layer is dense here, so activation auto means sigmoid (as in slide.Network)
+        self.binary = self.config.layers[-1].activation in ("sigmoid", "auto")
         self.device = resolve_device(device)
         self.threads = threads_for(self.config)
         self.step = 0
@@ -311,10 +315,15 @@ class TorchDenseTrainer:
                     for g in self.optimizer.param_groups:
                         g["lr"] = lr
                     logits = self.model(ind, off, val)
-                    # softmax cross-entropy with target mass 1/|y| on each true label:
-                    # sum_i [logsumexp(z_i) - sum_{l in y_i} z_il / |y_i|], without a dense target.
-                    loss = (torch.logsumexp(logits, dim=1).sum()
-                            - (logits.reshape(-1).index_select(0, flat) * w).sum()) / rows.size
+                    if self.binary:
+                        # per-label binary cross-entropy: sum_il softplus(z_il) - sum_{l in y_i} z_il
+                        loss = (torch.nn.functional.softplus(logits).sum()
+                                - logits.reshape(-1).index_select(0, flat).sum()) / rows.size
+                    else:
+                        # softmax cross-entropy with target mass 1/|y| on each true label:
+                        # sum_i [logsumexp(z_i) - sum_{l in y_i} z_il / |y_i|], without a dense target.
+                        loss = (torch.logsumexp(logits, dim=1).sum()
+                                - (logits.reshape(-1).index_select(0, flat) * w).sum()) / rows.size
                     self.optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     self.optimizer.step()
@@ -390,7 +399,7 @@ class TorchDenseTrainer:
 
     # ------------------------------------------------------------------ inference
     def predict_topk(self, X, k: int = 5, batch_size: Optional[int] = None):
-        """Top-``k`` labels and their softmax probabilities for each row of ``X``.
+        """Top-``k`` labels and their probabilities (softmax, or per-label sigmoid) for each row of ``X``.
 
         ``X`` is a CSR matrix (or a Dataset, or anything :func:`as_csr_pair` accepts) of raw
         features: it is scaled as in training. Returns ``(labels int32 [n, k], scores float32
@@ -419,7 +428,8 @@ class TorchDenseTrainer:
                 for a in range(0, n, batch_size):
                     rows = np.arange(a, min(n, a + batch_size))
                     ind, off, val = self._batch_tensors(x, rows)
-                    p = torch.softmax(self.model(ind, off, val), dim=1)
+                    z = self.model(ind, off, val)
+                    p = torch.sigmoid(z) if self.binary else torch.softmax(z, dim=1)
                     s, l = torch.topk(p, k, dim=1)
                     labels[a:a + rows.size] = l.to("cpu").numpy()
                     scores[a:a + rows.size] = s.to("cpu").numpy()

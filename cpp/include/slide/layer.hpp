@@ -17,7 +17,9 @@
 
 namespace slide {
 
-enum class Activation { ReLU, Linear, Softmax };
+// Softmax and Sigmoid are output-layer activations; they also choose the loss: softmax
+// cross-entropy (target mass 1/|y|) or per-label binary cross-entropy (one sigmoid per label).
+enum class Activation { ReLU, Linear, Softmax, Sigmoid };
 enum class Sampling { Dense, Lsh };
 
 // One layer of a NetworkSpec (network_spec.hpp); no defaults of its own.
@@ -75,7 +77,9 @@ void allocate_layer(Layer& L, const LayerSpec& spec, int index, int64_t in_dim, 
 
 // Glorot-normal weights (Glorot & Bengio, AISTATS 2010), std = sqrt(2 / (fan_in + fan_out)),
 // biases left at zero. Each block of rows draws from its own stream of `seed`, so the result
-// does not depend on num_threads.
-void init_weights(Layer& L, uint64_t seed, int num_threads);
+// does not depend on num_threads. A shard of a layer of `full_out` neurons holding neurons
+// [shard_begin, shard_begin + L.out_dim) gets exactly those neurons' weights of the whole
+// layer (full_out = -1: L is the whole layer).
+void init_weights(Layer& L, uint64_t seed, int num_threads, int64_t shard_begin = 0, int64_t full_out = -1);
 
 }  // namespace slide

@@ -42,7 +42,8 @@ bool uses_in_batch_negatives(const Layer& out) noexcept;
 void collect_batch_negatives(const Layer& out, const CsrView& y, const int64_t* rows, int64_t b,
                              const std::vector<float>& label_freq, uint64_t pick_seed, BatchNegatives& neg);
 
-// One sample's forced neurons: ws.forced = ws.labels (sorted, unique, not empty), then, when
+// One sample's forced neurons: ws.forced = ws.labels (sorted, unique, not empty) that are
+// neurons of the layer (ids in [0, out.out_dim); a label shard's others lie outside), then, when
 // neg has labels, the batch's labels that are not the sample's own (with their q in
 // ws.forced_q, when neg is weighted). Returns the output layer's selection parameters with
 // min_active and max_active widened by the forced count, so the negatives do not count

@@ -45,6 +45,7 @@
 //   output_layer.cpp    phases 2-6a: selection, logits, softmax, backward, input gradient
 //   trainer_sample.cpp  the per-sample trainer (composes the phases; HOGWILD over samples)
 //   trainer_batched.cpp the batched dense trainer (matrix products over the batch)
+//   trainer_sharded.cpp a label shard's batch step, in phases around the exchanges
 //   optimizer.cpp       fused sparse Adam over the touched rows (optimizer.hpp)
 //   predict.cpp         exact blocked, layer-wise and per-sample (LSH top-k) prediction
 //   state.cpp           what a checkpoint saves and restores; the memory report
@@ -62,6 +63,7 @@
 #include "slide/negatives.hpp"
 #include "slide/network_spec.hpp"
 #include "slide/optimizer.hpp"
+#include "slide/sample_step.hpp"
 #include "slide/training_paths.hpp"
 #include "slide/workspace.hpp"
 
@@ -83,6 +85,16 @@ struct LshQuery {
   int64_t prior = 0;
 };
 
+struct ShardBatch;     // a label-sharded batch between its phases (trainer_sharded.cpp)
+
+// The part of the output layer one process holds when the labels are sharded over
+// processes: output neurons [begin, end) of the spec's output layer. end = -1: all of it.
+// The hidden layers are whole (replicated) in every shard.
+struct OutputShard {
+  int64_t begin = 0;
+  int64_t end = -1;
+};
+
 struct MemoryReport {
   size_t weights = 0;    // weights and biases
   size_t optimizer = 0;  // Adam moments
@@ -102,7 +114,10 @@ struct ParameterArray {
 
 class Network {
  public:
-  explicit Network(const NetworkSpec& spec);  // validates; throws InvalidArgument
+  // Validates; throws InvalidArgument. With a shard, only output neurons [begin, end) are
+  // allocated, initialised exactly as those rows of the whole layer, with the output
+  // layer's min_active and max_active scaled to the shard's share of the labels.
+  explicit Network(const NetworkSpec& spec, OutputShard shard = {});
   ~Network();
   Network(const Network&) = delete;
   Network& operator=(const Network&) = delete;
@@ -122,10 +137,32 @@ class Network {
   // Top-k labels and softmax scores per sample of x, written row-major into
   // labels[n*k], scores[n*k] (descending score). exact: all output neurons, softmax over
   // all labels. use_lsh on an LSH output layer: only hash-selected neurons, softmax over
-  // that active set; slots beyond the active set get label -1, score 0. `query` sets what
-  // use_lsh scores (LshQuery; the default selects as in training).
+  // that active set; slots beyond the active set get label -1, score 0.
+  // With `stats` (n entries), also the softmax statistics (max logit, sum of exp(z - max))
+  // of the scored neurons: on a shard, what combines the shards' scores into one softmax.
+  // `query` sets what use_lsh scores (LshQuery; the default selects as in training).
   void predict_topk(const CsrView& x, int k, bool use_lsh, int32_t* labels, float* scores,
-                    const LshQuery& query = LshQuery()) const;
+                    SoftmaxStats* stats = nullptr, const LshQuery& query = LshQuery()) const;
+
+  // ------------------------------------------------------------ label-sharded training
+  // One batch step of a shard, in three calls between which the caller exchanges with
+  // the other shards (the same batch on every shard; see trainer_sharded.cpp):
+  //  1. shard_forward: hidden layers, this shard's active output neurons, their logits;
+  //     writes each sample's softmax statistics (max[b], sum[b]) over those neurons.
+  //  2. shard_backward, given the statistics combined over all shards: the output layer's
+  //     gradient, and this shard's part of dL/dh into dh[b x shard_dh_dim()] (zeroed
+  //     here); returns this shard's part of the summed sample losses.
+  //  3. shard_update, given dh summed over all shards: the hidden layers' gradients, then
+  //     the Adam step of every layer (increments step(), rebuilds tables on schedule).
+  // Labels in y are global ids. check_batch first. A batch must run all three in order.
+  void shard_forward(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float* max, double* sum);
+  double shard_backward(const float* max, const double* sum, float* dh);
+  void shard_update(const float* dh, float lr);
+  // Floats per sample of dh: the output layer's input width (0 when it reads the input).
+  int64_t shard_dh_dim() const noexcept;
+  int64_t shard_begin() const noexcept { return shard_begin_; }
+  int64_t shard_end() const noexcept { return shard_begin_ + layers_.back().out_dim; }
+  bool sharded() const noexcept { return layers_.back().out_dim != output_dim(); }
 
   // Share of the training points that carry each label (output_dim values in [0, 1]), or
   // n == 0 to clear. A hash-sampled output layer uses it to weight the batch's labels when
@@ -147,7 +184,7 @@ class Network {
   int num_threads() const noexcept { return threads_; }
   uint64_t seed() const noexcept { return spec_.seed; }
   int64_t input_dim() const noexcept { return spec_.input_dim; }
-  int64_t output_dim() const noexcept { return layers_.back().out_dim; }
+  int64_t output_dim() const noexcept { return spec_.layers.back().size; }  // all shards
   const char* kernel_isa() const noexcept;
   // Step after which the next table rebuild happens (-1 when no layer uses LSH).
   int64_t next_rebuild() const noexcept { return next_rebuild_; }
@@ -156,10 +193,10 @@ class Network {
   bool batched_for(int64_t b) const noexcept;
   float train_batch_samples(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
   float train_batch_layerwise(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
-  void predict_exact_blocked(const CsrView& x, int k, int32_t* labels, float* scores) const;
-  void predict_layerwise(const CsrView& x, int k, int32_t* labels, float* scores) const;
+  void predict_exact_blocked(const CsrView& x, int k, int32_t* labels, float* scores, SoftmaxStats* stats) const;
+  void predict_layerwise(const CsrView& x, int k, int32_t* labels, float* scores, SoftmaxStats* stats) const;
   void predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* labels, float* scores,
-                       const LshQuery& query) const;
+                       SoftmaxStats* stats, const LshQuery& query) const;
   void rebuild_tables_locked();
   int64_t schedule_after(int64_t step) const;
   void ensure_records(int64_t b);
@@ -179,6 +216,8 @@ class Network {
   bool has_lsh_ = false;
   std::unique_ptr<BatchMatrices> batch_;  // layer-by-layer path (null when it does not apply)
   std::unique_ptr<PredictCache> predict_cache_;
+  int64_t shard_begin_ = 0;               // first output neuron held here (global id)
+  std::unique_ptr<ShardBatch> shard_;     // label-sharded training: the batch between phases
   mutable std::shared_mutex mutex_;
 
  public:

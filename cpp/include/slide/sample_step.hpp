@@ -91,6 +91,8 @@ SoftmaxStats partial_softmax(SampleWorkspace& ws);
 // sample's labels (ws.labels, sorted, unique). Returns the part of the sample's loss from
 // the labels inside `range` (the parts of all ranges sum to the loss). Throws Error when a
 // label of the range is missing from the selection (an internal invariant).
+// A sigmoid output layer (dense only) gets the per-label binary cross-entropy instead:
+// dL/dz = (sigmoid(z) - y) / b over the range, `local` and `global` unused.
 float normalise_output(const Layer& out, SampleWorkspace& ws, const SoftmaxStats& local, const SoftmaxStats& global,
                        NeuronRange range, bool use_lsh, float inv_b);
 

@@ -15,6 +15,9 @@
 #include <vector>
 
 #include "slide/common.hpp"
+#include "slide/csr.hpp"
+#include "slide/workspace.hpp"
+#include <memory>
 #include "slide/layer.hpp"
 #include "slide/random.hpp"
 #include "slide/workspace.hpp"
@@ -221,6 +224,24 @@ class PredictCache {
   std::vector<std::unique_ptr<SampleWorkspace>> free_;
   std::shared_ptr<const std::vector<int32_t>> prior_;
   int64_t prior_step_ = -1;
+};
+
+// A label shard's batch between its phases (trainer_sharded.cpp): the data views (the
+// caller keeps the arrays alive until shard_update), each sample's workspace (its hidden
+// activations, dropout masks, active output neurons and their exponentials) and local
+// softmax statistics.
+struct ShardBatch {
+  int phase = 0;  // 0: no batch; 1: after shard_forward; 2: after shard_backward
+  CsrView x;
+  std::vector<int64_t> rows;
+  int64_t b = 0;
+  int64_t t = 0;  // the step this batch will be
+  std::vector<std::unique_ptr<SampleWorkspace>> ws;  // per batch position
+  std::vector<float> local_max;
+  std::vector<double> local_sum;
+  std::vector<uint8_t> has_labels;
+  std::vector<int64_t> y_indptr, positions;  // the batch's labels in this shard, local ids
+  std::vector<int32_t> y_indices;
 };
 
 // Marks row r of a lock-free layer as touched by this batch; exactly one thread lists it.

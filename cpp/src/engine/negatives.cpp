@@ -83,7 +83,11 @@ SelectionParams force_labels(const Layer& out, const BatchNegatives& neg, Sample
   // give them, instead of one only when the uniform fill hits them; without this a short
   // run ranks the most frequent labels first for every input.
   SelectionParams sel = out.spec.selection;
-  ws.forced.assign(ws.labels.begin(), ws.labels.end());
+  // Own labels of this layer's neurons only: on a shard of the labels (network.hpp), the
+  // others are ids outside [0, out_dim) and belong to other shards.
+  ws.forced.clear();
+  for (const int32_t j : ws.labels)
+    if (j >= 0 && j < out.out_dim) ws.forced.push_back(j);
   ws.forced_q.clear();  // this sample's, never a previous batch's (its batch may have no labels)
   if (out.lsh() && sel.min_active > 0 && !neg.labels.empty()) {
     const bool weighted = !neg.q.empty();

@@ -14,18 +14,40 @@
 
 namespace slide {
 
-Network::Network(const NetworkSpec& spec) : spec_(spec) {
+namespace {
+
+// The output layer's spec for a shard of `n` of its `full` neurons: the active-set sizes
+// scaled to the shard's share (rounded up), so the shards together select what one would.
+LayerSpec shard_layer_spec(LayerSpec s, int64_t n, int64_t full) {
+  auto share = [&](int64_t v) { return v <= 0 ? v : std::max<int64_t>(1, (v * n + full - 1) / full); };
+  s.size = n;
+  s.selection.min_active = static_cast<int>(share(s.selection.min_active));
+  s.selection.max_active = static_cast<int>(share(s.selection.max_active));
+  return s;
+}
+
+}  // namespace
+
+Network::Network(const NetworkSpec& spec, OutputShard shard) : spec_(spec) {
   spec_.validate();
   threads_ = resolve_threads(spec_.threads);
   const size_t n = spec_.layers.size();
+  const int64_t full_out = spec_.layers.back().size;
+  if (shard.end < 0) shard.end = full_out;
+  if (shard.begin < 0 || shard.begin >= shard.end || shard.end > full_out)
+    throw InvalidArgument("shard: output neurons [" + std::to_string(shard.begin) + ", " + std::to_string(shard.end) +
+                          ") are not a non-empty range of the output layer's " + std::to_string(full_out));
+  shard_begin_ = shard.begin;
   layers_.resize(n);
   for (size_t i = 0; i < n; ++i) {
     Layer& L = layers_[i];
+    const bool last = i + 1 == n;
     const int64_t in_dim = i == 0 ? spec_.input_dim : spec_.layers[i - 1].size;
-    allocate_layer(L, spec_.layers[i], static_cast<int>(i), in_dim, spec_.hugepages,
-                   stream_seed(spec_.seed, kHashSalt, i));
+    const LayerSpec ls = last ? shard_layer_spec(spec_.layers[i], shard.end - shard.begin, full_out) : spec_.layers[i];
+    allocate_layer(L, ls, static_cast<int>(i), in_dim, spec_.hugepages, stream_seed(spec_.seed, kHashSalt, i));
     has_lsh_ = has_lsh_ || L.lsh();
-    init_weights(L, stream_seed(spec_.seed, kInitSalt, static_cast<uint64_t>(i)), threads_);
+    init_weights(L, stream_seed(spec_.seed, kInitSalt, static_cast<uint64_t>(i)), threads_, last ? shard.begin : 0,
+                 last ? full_out : -1);
   }
   // Rough multiply-adds per sample (forward and backward), to decide when to go parallel.
   sample_work_ = 0;
@@ -139,7 +161,9 @@ void Network::set_label_frequencies(const float* freq, int64_t n) {
       throw InvalidArgument("label frequencies: value " + std::to_string(freq[j]) + " of label " +
                             std::to_string(j) + " is not in [0, 1]");
   std::unique_lock<std::shared_mutex> lock(mutex_);
-  label_freq_.assign(freq, freq + n);
+  // A shard keeps its own labels' share (the output layer's neuron ids are local).
+  if (n == 0) label_freq_.clear();
+  else label_freq_.assign(freq + shard_begin_, freq + shard_begin_ + layers_.back().out_dim);
 }
 
 const char* Network::kernel_isa() const noexcept { return kernels().isa; }

@@ -86,11 +86,37 @@ SoftmaxStats partial_softmax(SampleWorkspace& ws) {
   return s;
 }
 
+namespace {
+// Per-label binary cross-entropy over the neurons of `range` (a dense output layer: the
+// validation of the spec keeps sigmoid off lsh layers): dL/dz_j = (sigmoid(z_j) - y_j) / b,
+// loss = sum_j softplus(z_j) - z_j y_j, in forms that do not overflow for large |z|.
+float binary_output(SampleWorkspace& ws, NeuronRange range, float inv_b) {
+  const std::vector<float>& z = ws.out.back();
+  std::vector<float>& d = ws.delta.back();
+  const size_t m = z.size();
+  d.resize(m);
+  float loss = 0.0f;
+  for (size_t i = 0; i < m; ++i) {
+    const float e = std::exp(-std::fabs(z[i]));
+    d[i] = (z[i] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e)) * inv_b;
+    loss += std::max(z[i], 0.0f) + std::log1p(e);
+  }
+  for (const int32_t label : ws.labels) {
+    if (label < range.begin || label >= range.end) continue;
+    const size_t pos = static_cast<size_t>(label - range.begin);
+    loss -= z[pos];
+    d[pos] -= inv_b;
+  }
+  return loss;
+}
+}  // namespace
+
 float normalise_output(const Layer& out, SampleWorkspace& ws, const SoftmaxStats& local, const SoftmaxStats& global,
                        NeuronRange range, bool use_lsh, float inv_b) {
   const std::vector<float>& z = ws.out.back();
   std::vector<float>& d = ws.delta.back();
   const size_t m = d.size();
+  if (out.spec.activation == Activation::Sigmoid) return binary_output(ws, range, inv_b);
   if (m > 0 && local.max != global.max) {
     // Another range holds a larger logit: rebase this range's exponents onto it.
     const float rebase = std::exp(local.max - global.max);

@@ -1,4 +1,5 @@
-// Prediction: top-k labels and softmax scores. Three paths: the batched dense path of
+// Prediction: top-k labels and their scores (softmax probabilities, or per-label sigmoids
+// for a sigmoid output layer). Three paths: the batched dense path of
 // training (small dense networks), a blocked exact scorer for wide dense output layers (a
 // block of samples shares each pass over the output matrix), and per sample through the
 // phases of sample_step.hpp (hash-selected output neurons, or all of them).
@@ -33,9 +34,14 @@ inline void heap_offer(std::vector<Scored>& heap, size_t k, Scored c) {
   }
 }
 
+// The score of logit z under an output layer trained with per-label binary cross-entropy
+// (softmax layers report exp(z - max) / sum, computed where the normaliser is known).
+inline float sigmoid_score(float z) { return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(z)))); }
+
 }  // namespace
 
-void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels, float* out_scores) const {
+void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels, float* out_scores,
+                                    SoftmaxStats* stats) const {
   // The output matrix is far larger than the caches, so a per-sample pass over it is bound
   // by memory bandwidth: a block of samples shares each pass (every row is read once per
   // block), with an online softmax normaliser and top-k per sample.
@@ -47,6 +53,7 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
   const int64_t len = out.row_len, N = out.out_dim;
   const float* W = out.weight.data();
   const float* bias = out.bias.data();
+  const bool sigmoid = out.spec.activation == Activation::Sigmoid;
   const int64_t blocks = (x.n + kBlock - 1) / kBlock;
   const int nt = static_cast<int>(std::min<int64_t>(threads_, blocks));  // a block is one thread's work
   InterruptPoller poller;
@@ -109,9 +116,12 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
           std::sort_heap(heap.begin(), heap.end(), better);
           int32_t* lab = out_labels + (s0 + s) * k;
           float* sc = out_scores + (s0 + s) * k;
+          if (stats) stats[s0 + s] = SoftmaxStats{mx[s], sum[s]};
           for (int j = 0; j < k; ++j) {
             lab[j] = j < static_cast<int>(heap.size()) ? heap[j].second : -1;
-            sc[j] = j < static_cast<int>(heap.size()) ? static_cast<float>(std::exp(heap[j].first - mx[s]) / sum[s]) : 0.0f;
+            sc[j] = j >= static_cast<int>(heap.size()) ? 0.0f
+                  : sigmoid ? sigmoid_score(heap[j].first)
+                            : static_cast<float>(std::exp(heap[j].first - mx[s]) / sum[s]);
           }
         }
       });
@@ -121,13 +131,15 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
   if (poller.stopped()) throw Interrupted();
 }
 
-void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, float* out_scores) const {
+void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, float* out_scores,
+                                SoftmaxStats* stats) const {
   // Blocks of samples through the dense layers as matrix products, as in training.
   constexpr int64_t kBlock = 128;
   const Kernels& kr = kernels();
   const int nl = static_cast<int>(layers_.size());
   const Layer& first = layers_[0];
   const int64_t w0 = first.out_dim;
+  const bool sigmoid = layers_.back().spec.activation == Activation::Sigmoid;
   const int64_t blocks = (x.n + kBlock - 1) / kBlock;
   InterruptPoller poller;
   ExceptionCatcher catcher;
@@ -171,6 +183,7 @@ void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, fl
         float mx = z[0];
         for (int64_t j = 1; j < out; ++j) mx = std::max(mx, z[j]);
         const double sum = kr.exp_sum(z, out, mx);
+        if (stats) stats[s0 + s] = SoftmaxStats{mx, sum};
         heap.clear();
         for (int64_t j = 0; j < out; ++j)
           if (heap.size() < static_cast<size_t>(k) || z[j] >= heap.front().first)
@@ -181,7 +194,9 @@ void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, fl
         for (int j = 0; j < k; ++j) {
           const bool have = j < static_cast<int>(heap.size());
           lab[j] = have ? heap[j].second : -1;
-          sc[j] = have ? static_cast<float>(std::exp(static_cast<double>(heap[j].first) - mx) / sum) : 0.0f;
+          sc[j] = !have ? 0.0f
+                : sigmoid ? sigmoid_score(heap[j].first)
+                          : static_cast<float>(std::exp(static_cast<double>(heap[j].first) - mx) / sum);
         }
       }
     }
@@ -191,7 +206,7 @@ void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, fl
 }
 
 void Network::predict_topk(const CsrView& x, int k, bool use_lsh, int32_t* out_labels, float* out_scores,
-                           const LshQuery& query) const {
+                           SoftmaxStats* stats, const LshQuery& query) const {
   std::shared_lock<std::shared_mutex> lock(mutex_);
   if (k < 1) throw InvalidArgument("k: must be >= 1, got " + std::to_string(k));
   if (query.candidates < 0 || query.candidates > INT32_MAX / 2)
@@ -200,24 +215,26 @@ void Network::predict_topk(const CsrView& x, int k, bool use_lsh, int32_t* out_l
     throw InvalidArgument("prior: must be in [0, 2^30), got " + std::to_string(query.prior));
   const Layer& out = layers_.back();
   use_lsh = use_lsh && out.lsh();
-  if (batch_ && out.out_dim <= kMaxRecordedWidth) {
-    predict_layerwise(x, k, out_labels, out_scores);
-    return;
-  }
-  if (!use_lsh && !out.sparse_input && out.out_dim > kMaxRecordedWidth) {
-    predict_exact_blocked(x, k, out_labels, out_scores);
-    return;
-  }
-  predict_samples(x, k, use_lsh, out_labels, out_scores, query);
+  if (batch_ && out.out_dim <= kMaxRecordedWidth)
+    predict_layerwise(x, k, out_labels, out_scores, stats);
+  else if (!use_lsh && !out.sparse_input && out.out_dim > kMaxRecordedWidth)
+    predict_exact_blocked(x, k, out_labels, out_scores, stats);
+  else
+    predict_samples(x, k, use_lsh, out_labels, out_scores, stats, query);
+  // A shard's neurons are labels shard_begin_ onwards.
+  if (shard_begin_ != 0)
+    for (int64_t i = 0; i < x.n * k; ++i)
+      if (out_labels[i] >= 0) out_labels[i] += static_cast<int32_t>(shard_begin_);
 }
 
 void Network::predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* out_labels, float* out_scores,
-                              const LshQuery& query) const {
+                              SoftmaxStats* stats, const LshQuery& query) const {
   // One sample at a time through the phases of sample_step.hpp: hidden layers, then the
   // output neurons (hash-selected when use_lsh, all otherwise) and their softmax.
   const Kernels& kr = kernels();
   const Layer& out = layers_.back();
   const NeuronRange all{0, out.out_dim};
+  const bool sigmoid = out.spec.activation == Activation::Sigmoid;
   SelectionParams sel = out.spec.selection;
   if (query.candidates > 0) {
     // The candidates most tables agree on: a random fill or a uniform cut of the union would
@@ -267,11 +284,13 @@ void Network::predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* ou
           std::fill(lab, lab + k, -1);
           std::fill(sc, sc + k, 0.0f);
           const size_t m = z.size();
+          if (stats) stats[i] = SoftmaxStats{};
           if (m == 0) return;
           float mx = z[0];
           for (size_t j = 1; j < m; ++j) mx = std::max(mx, z[j]);
           double sum = 0.0;
           for (size_t j = 0; j < m; ++j) sum += std::exp(z[j] - mx);
+          if (stats) stats[i] = SoftmaxStats{mx, sum};
           auto& heap = ws.heap;
           heap.clear();
           for (size_t j = 0; j < m; ++j) {
@@ -281,7 +300,7 @@ void Network::predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* ou
           const float inv_sum = static_cast<float>(1.0 / sum);
           for (size_t j = 0; j < heap.size(); ++j) {
             lab[j] = heap[j].second;
-            sc[j] = std::exp(heap[j].first - mx) * inv_sum;
+            sc[j] = sigmoid ? sigmoid_score(heap[j].first) : std::exp(heap[j].first - mx) * inv_sum;
           }
         });
       }

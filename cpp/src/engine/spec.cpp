@@ -117,8 +117,9 @@ NetworkSpec parse_network_spec(const SpecDict& top, bool has_layers, const std::
     const Reader lr(layers[i], kLayerKeys, &layer_key_path, static_cast<int>(i));
     LayerSpec l;
     l.size = lr.integer("size", INT64_MIN, INT64_MAX);
-    static const Activation acts[] = {Activation::ReLU, Activation::Linear, Activation::Softmax};
-    l.activation = acts[lr.choice("activation", {"relu", "linear", "softmax"})];
+    static const Activation acts[] = {Activation::ReLU, Activation::Linear, Activation::Softmax,
+                                      Activation::Sigmoid};
+    l.activation = acts[lr.choice("activation", {"relu", "linear", "softmax", "sigmoid"})];
     l.sampling = lr.choice("sampling", {"dense", "lsh"}) == 1 ? Sampling::Lsh : Sampling::Dense;
     static const HashFamily families[] = {HashFamily::SimHash, HashFamily::WTA, HashFamily::DWTA};
     l.lsh.family = families[lr.choice("family", {"simhash", "wta", "dwta"})];
@@ -169,7 +170,7 @@ std::pair<SpecDict, std::vector<SpecDict>> spec_to_dict(const NetworkSpec& s) {
   std::vector<SpecDict> layers;
   for (const LayerSpec& l : s.layers) {
     SpecDict d;
-    static const char* acts[] = {"relu", "linear", "softmax"};
+    static const char* acts[] = {"relu", "linear", "softmax", "sigmoid"};
     static const char* families[] = {"simhash", "wta", "dwta"};
     static const char* modes[] = {"vanilla", "topk", "threshold"};
     d["size"] = int_value(l.size);
@@ -203,10 +204,15 @@ void NetworkSpec::validate() const {
     const LayerSpec& s = layers[i];
     const bool last = i + 1 == layers.size();
     if (s.size < 1 || s.size > INT32_MAX) bad(layer_key_path(l, "size"), "must be in [1, 2^31), got " + std::to_string(s.size));
-    if (s.activation == Activation::Softmax && !last)
-      bad(layer_key_path(l, "activation"), "softmax is only allowed on the last (output) layer");
-    if (last && s.activation != Activation::Softmax)
-      bad(layer_key_path(l, "activation"), "the output layer must use softmax");
+    const bool output_act = s.activation == Activation::Softmax || s.activation == Activation::Sigmoid;
+    if (output_act && !last)
+      bad(layer_key_path(l, "activation"), "softmax and sigmoid are only allowed on the last (output) layer");
+    if (last && !output_act)
+      bad(layer_key_path(l, "activation"), "the output layer must use softmax or sigmoid");
+    if (last && s.activation == Activation::Sigmoid && s.sampling == Sampling::Lsh)
+      bad(layer_key_path(l, "activation"),
+          "sigmoid needs a dense output layer (sampling: dense, or auto choosing dense); the sampled-negative "
+          "corrections of an lsh layer are made for softmax");
     if (s.sampling == Sampling::Lsh) {
       if (i == 0) bad(layer_key_path(l, "sampling"), "lsh is not allowed on layer 0 (its input is the sparse feature vector)");
       if (s.lsh.K < 1 || s.lsh.K > 32) bad(layer_key_path(l, "K"), "must be in [1, 32], got " + std::to_string(s.lsh.K));

@@ -157,6 +157,34 @@ void softmax_cross_entropy(const BatchStep& s) {
   }
 }
 
+// Per-label binary cross-entropy (sigmoid output): delta = (sigmoid(z) - y) / b; samples
+// without labels contribute nothing, as with softmax.
+void sigmoid_cross_entropy(const BatchStep& s) {
+  const int nl = static_cast<int>(s.layers.size());
+  const int64_t out = s.layers[nl - 1].out_dim;
+#pragma omp for schedule(static)
+  for (int64_t i = 0; i < s.b; ++i) {
+    const std::vector<int32_t>& lab = s.records[i]->labels;
+    const float* z = s.M.out[nl - 1].data() + i * out;
+    float* d = s.M.delta[nl - 1].data() + i * out;
+    if (lab.empty()) {
+      std::fill(d, d + out, 0.0f);
+      continue;
+    }
+    float loss = 0.0f;
+    for (int64_t j = 0; j < out; ++j) {
+      const float e = std::exp(-std::fabs(z[j]));
+      d[j] = (z[j] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e)) * s.inv_b;
+      loss += std::max(z[j], 0.0f) + std::log1p(e);
+    }
+    for (int32_t c : lab) {
+      loss -= z[c];
+      d[c] -= s.inv_b;
+    }
+    s.M.loss[i] = loss;
+  }
+}
+
 // Backward through layer l >= 1 and its update: dL/dH = D W with the weights as they were
 // before this batch, through the previous layer's activation; then each weight row's
 // gradient (row j: sum over samples of D[s][j] H[s]) goes straight into its fused Adam step
@@ -333,7 +361,8 @@ float Network::train_batch_layerwise(const CsrView& x, const CsrView& y, const i
     // longer fail) or is abandoned with the weights untouched.
     if (!catcher.failed() && !poller.stopped()) {
       forward_dense_layers(step);
-      softmax_cross_entropy(step);
+      if (layers_.back().spec.activation == Activation::Sigmoid) sigmoid_cross_entropy(step);
+      else softmax_cross_entropy(step);
       float* grad = M.grad[omp_get_thread_num()].data();
       for (int l = nl - 1; l >= 1; --l) {
         recompute_input(step, l);

@@ -63,6 +63,9 @@ float train_sample(std::vector<Layer>& layers, SampleWorkspace& ws, SampleRecord
 
 float Network::train_batch(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr) {
   std::unique_lock<std::shared_mutex> lock(mutex_);
+  if (sharded())
+    throw InvalidArgument("train_batch: this network holds a shard of the output layer; train it with "
+                          "shard_forward, shard_backward and shard_update");
   if (b <= 0) return 0.0f;
   // lr = 0 is allowed: a schedule may decay the rate to nothing (moments still advance).
   if (!(lr >= 0.0f) || !std::isfinite(lr)) throw InvalidArgument("lr: must be >= 0 and finite, got " + std::to_string(lr));
