@@ -78,6 +78,10 @@ class LayerConfig:
     sampling: str = _f("auto", "dense (all neurons) | lsh (hash-selected) | auto (chosen by cost at start-up)",
                        choices=("auto", "dense", "lsh"))
     lsh: LshConfig = _f(LshConfig(), "hash settings, used when sampling is lsh (or auto picks lsh)")
+    init: str = _f("glorot", "initial weights: glorot (random normal) | centroid (output layer only: each "
+                             "label's row starts as the mean hidden representation of its training points, "
+                             "scaled to length 10; labels without points keep glorot)",
+                   choices=("glorot", "centroid"))
 
 
 def _default_layers() -> List[LayerConfig]:
@@ -254,6 +258,9 @@ class Config:
                 what = "K" if lsh.family == "simhash" else f"K*log2(bin_size={WTA_BIN_SIZE})"
                 err(f"layers.{i}.lsh.range_pow",
                     f"{lsh.family} gives {what}={bits} bits per table, range_pow={lsh.range_pow} cannot exceed it")
+            if layer.init == "centroid" and (not last or i == 0):
+                err(f"layers.{i}.init", "centroid initialises the output layer after a hidden layer only"
+                    if last else "centroid is only allowed on the last (output) layer")
             if i == 0 and layer.sampling == "lsh":
                 err(f"layers.{i}.sampling",
                     "lsh needs a dense hidden layer before it (the first layer reads the sparse input)")

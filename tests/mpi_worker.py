@@ -41,6 +41,9 @@ CASES = {
     # one does, up to float summation order
     "dense": dict(data=bibtex, kw=dict(epochs=2, hidden=64, sampling="dense")),
     "dense-softmax": dict(data=bibtex, kw=dict(epochs=2, hidden=64, sampling="dense"), activation="softmax"),
+    # output rows started from label centroids: each rank sets its own labels' rows
+    "centroid": dict(data=bibtex, kw=dict(epochs=1, hidden=64, sampling="dense"), activation="softmax",
+                     init="centroid"),
     # hash-sampled output layers: each rank samples its own labels
     "lsh-delicious": dict(data=delicious, kw=dict(epochs=4, hidden=128, sampling="lsh"), lsh=LSH),
     "lsh-synth": dict(data=synth, kw=dict(epochs=6, hidden=128, sampling="lsh", lr=5e-3, dropout=0.0),
@@ -61,6 +64,8 @@ def main(case: str, out: str) -> None:
     if case == "mismatch":
         kw["hidden"] = 32 + rank
     cfg = slide.Config()
+    if "init" in spec:
+        cfg.layers[-1].init = spec["init"]
     if "activation" in spec:
         cfg.layers[-1].activation = spec["activation"]
     if "lsh" in spec:

@@ -147,7 +147,7 @@ def test_shard_phases_refuse_the_wrong_order_and_plain_training(bibtex):
 # ---------------------------------------------------------------------- under mpiexec
 
 @needs_mpi
-@pytest.mark.parametrize("case,ranks", [("dense", 2), ("dense", 3), ("dense-softmax", 3)])
+@pytest.mark.parametrize("case,ranks", [("dense", 2), ("dense", 3), ("dense-softmax", 3), ("centroid", 2)])
 def test_dense_output_layer_matches_one_rank(case, ranks, tmp_path):
     one, _ = run_case(case, 1, tmp_path)
     many, _ = run_case(case, ranks, tmp_path)
