@@ -274,7 +274,7 @@ def _load_model_and_data(model: str, data: str, *, labels_needed: bool):
 def cmd_evaluate(args) -> int:
     ks = _parse_ks(args.k)
     net, ds = _load_model_and_data(args.model, args.data, labels_needed=True)
-    metrics = {k: float(v) for k, v in net.evaluate(ds, k=tuple(ks)).items()}
+    metrics = {k: float(v) for k, v in net.evaluate(ds, k=tuple(ks), mode=args.mode).items()}
     if net.rank != 0:
         return 0
     print(f"{args.data}: {len(ds)} points")
@@ -294,13 +294,13 @@ def cmd_predict(args) -> int:
     net, ds = _load_model_and_data(args.model, args.data, labels_needed=False)
     if net.rank != 0:   # collective: every rank scores its labels, rank 0 writes
         for a in range(0, len(ds), args.batch):
-            net.predict(ds[a:a + args.batch].features, k=args.k)
+            net.predict(ds[a:a + args.batch].features, k=args.k, mode=args.mode)
         return 0
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         # Batches keep memory flat and let a large test set stream to the file.
         for a in range(0, len(ds), args.batch):
-            labels, scores = net.predict(ds[a:a + args.batch].features, k=args.k)
+            labels, scores = net.predict(ds[a:a + args.batch].features, k=args.k, mode=args.mode)
             lines = []
             for lab_row, sc_row in zip(labels.tolist(), scores.tolist()):
                 lines.append(" ".join(f"{l}:{s:.6g}" for l, s in zip(lab_row, sc_row) if l >= 0))
@@ -473,6 +473,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("data", metavar="DATA")
     e.add_argument("-k", default="1,3,5", help="comma-separated k values (default 1,3,5)")
     e.add_argument("-o", "--output", metavar="FILE", help="also write the metrics as JSON")
+    e.add_argument("--mode", choices=("exact", "lsh"), default="exact",
+                   help="exact: score every label (default); lsh: only the hash-selected candidates")
     e.set_defaults(func=cmd_evaluate)
 
     pr = sub.add_parser("predict", parents=[debug], help="top-k labels per point",
@@ -482,6 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("-k", type=int, default=5, help="labels per point (default 5)")
     pr.add_argument("-o", "--output", metavar="FILE", help="output file (default stdout)")
     pr.add_argument("--batch", type=int, default=4096, help="points predicted at a time (default 4096)")
+    pr.add_argument("--mode", choices=("exact", "lsh"), default="exact",
+                    help="exact: score every label (default); lsh: only the hash-selected candidates "
+                         "of a hash-sampled output layer (sublinear, approximate)")
     pr.set_defaults(func=cmd_predict)
 
     c = sub.add_parser("config", parents=[debug], help="print the defaults or check a config")

@@ -790,12 +790,12 @@ class Network:
                                                  prior=int(prior or 0))
         return np.asarray(labels, dtype=np.int32), np.asarray(scores, dtype=np.float32)
 
-    def _evaluate_arrays(self, arrays: _Arrays, k) -> Dict[str, float]:
+    def _evaluate_arrays(self, arrays: _Arrays, k, mode: str = "exact") -> Dict[str, float]:
         from . import metrics
 
         ks = [k] if isinstance(k, (int, np.integer)) else list(k)
         kmax = min(max(ks), self.num_labels)
-        top, _ = self._predict_arrays(arrays, kmax)
+        top, _ = self._predict_arrays(arrays, kmax, mode)
         props = None
         if self._label_counts is not None:
             props = metrics.propensities(self._label_counts, self.config.eval.propensity_a,
@@ -806,17 +806,20 @@ class Network:
             Y = sp.csr_matrix((Y.data, Y.indices, Y.indptr), shape=(Y.shape[0], self.num_labels))
         return metrics.evaluate(top, Y, k=ks, propensities=props)
 
-    def evaluate(self, data, k: Union[int, Sequence[int]] = (1, 3, 5)) -> Dict[str, float]:
+    def evaluate(self, data, k: Union[int, Sequence[int]] = (1, 3, 5), mode: str = "exact") -> Dict[str, float]:
         """Ranking metrics on labelled data: ``{"P@1", "P@3", "P@5", "nDCG@k", "PSP@k", ...}``.
 
         PSP uses propensities from the training label counts stored at fit
-        (``eval.propensity_a``/``propensity_b``).
+        (``eval.propensity_a``/``propensity_b``). ``mode`` is :meth:`predict`'s: ``"exact"``
+        scores every label, ``"lsh"`` only the hash-selected candidates.
         """
         self._require_built("evaluate")
+        if mode not in ("exact", "lsh"):
+            raise ValueError(f"evaluate: mode must be 'exact' or 'lsh', got {mode!r}")
         X, Y, _, _ = self._split_xy(data, need_labels=True, what="evaluate")
         self._check_features(X, "evaluate")
         self._check_labels(Y, "evaluate")
-        return self._evaluate_arrays(self._convert(X, Y), k)
+        return self._evaluate_arrays(self._convert(X, Y), k, mode)
 
     # ------------------------------------------------------------------ persistence
     def _lsh_layers(self) -> List[int]:

@@ -514,3 +514,38 @@ def test_console_script_is_installed():
     assert script.exists(), "pip install should put the `slide` command beside the interpreter"
     r = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == f"slide {slide.__version__}"
+
+
+def test_predict_and_evaluate_in_lsh_mode(tmp_path):
+    """`--mode lsh` scores only the hash candidates of a hash-sampled output layer: the same
+    line format, answers that mostly agree with exact scoring, and metrics close to exact."""
+    from slide.datasets import make_synthetic
+
+    train, test = make_synthetic("small", seed=1, num_labels=5000, num_features=10_000, num_train=8_000,
+                                 num_test=500)
+    cfg = Config()
+    cfg.layers[0].size = 128
+    cfg.layers[-1].sampling = "lsh"
+    cfg.layers[-1].activation = "softmax"
+    net = slide.Network(cfg, epochs=2, lr=1e-2, dropout=0.0, threads=1)
+    net.fit(train)
+    model, data = tmp_path / "m.slide", tmp_path / "test.txt"
+    net.save(model)
+    test.save(data)
+    outs = {}
+    for mode in ("exact", "lsh"):
+        pred = tmp_path / f"{mode}.txt"
+        r = run_cli("predict", model, data, "-k", "3", "-o", pred, "--mode", mode)
+        assert r.returncode == 0, r.stderr
+        outs[mode] = [[int(p.split(":")[0]) for p in line.split(" ") if p] for line in pred.read_text().splitlines()]
+        assert len(outs[mode]) == 500
+    top_agree = np.mean([e[:1] == l[:1] for e, l in zip(outs["exact"], outs["lsh"]) if l])
+    assert top_agree > 0.8, top_agree
+    m = {}
+    for mode in ("exact", "lsh"):
+        r = run_cli("evaluate", model, data, "--mode", mode, "-o", tmp_path / f"{mode}.json")
+        assert r.returncode == 0, r.stderr
+        m[mode] = json.loads((tmp_path / f"{mode}.json").read_text())
+    assert m["exact"]["P@1"] > 0.5 and abs(m["lsh"]["P@1"] - m["exact"]["P@1"]) < 0.05, m
+    r = run_cli("predict", model, data, "--mode", "fast")
+    assert r.returncode == 2 and "invalid choice: 'fast'" in r.stderr
