@@ -25,7 +25,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import scipy.sparse as sp
 
 ROOT = Path(__file__).resolve().parent.parent
