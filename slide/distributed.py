@@ -141,21 +141,10 @@ class ShardedCore:
     def __getattr__(self, name: str):
         return getattr(self._local, name)
 
-    @property
-    def step(self) -> int:
-        return self._local.step
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self._local.step = value
-
-    @property
-    def next_rebuild(self) -> int:
-        return self._local.next_rebuild
-
-    @next_rebuild.setter
-    def next_rebuild(self, value: int) -> None:
-        self._local.next_rebuild = value
+    # settable engine state, forwarded to the local shard
+    step = property(lambda self: self._local.step, lambda self, v: setattr(self._local, "step", v))
+    next_rebuild = property(lambda self: self._local.next_rebuild,
+                            lambda self, v: setattr(self._local, "next_rebuild", v))
 
     def _global_stats(self, mx: np.ndarray, sm: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """Per sample: max over ranks of the maxima, and the ranks' sums rescaled to it, summed."""

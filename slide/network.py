@@ -31,8 +31,10 @@ from . import persist as _persist
 from ._util import positive_int as _positive_int
 from .history import History
 from .persist import FORMAT_VERSION
-from .config import WTA_BIN_SIZE, Config, ConfigError
+from .config import Config, ConfigError
 from ._arrays import _Arrays, _FitData, _Meter, _Split, _as_csr
+from ._spec import _apply_overrides, _engine_spec
+from .output_init import init_output_centroids
 from .sampling import choose_sampling, resolve_output_activation
 from .scaling import idf_weights, normalize_rows, scale_values
 
@@ -41,31 +43,6 @@ __all__ = ["Network", "History", "FORMAT_VERSION", "choose_sampling"]
 log = logging.getLogger("slide")
 
 
-# Shortcuts accepted by Network(**overrides): name -> dotted config key.
-_SHORTCUTS = {
-    "epochs": "training.epochs",
-    "batch_size": "training.batch_size",
-    "threads": "training.threads",
-    "seed": "training.seed",
-    "dropout": "training.dropout",
-    "patience": "training.patience",
-    "restore_best": "training.restore_best",
-    "eval_every": "training.eval_every",
-    "eval_samples": "training.eval_samples",
-    "lr": "optimizer.lr",
-    "weight_decay": "optimizer.weight_decay",
-    "warmup_steps": "optimizer.warmup_steps",
-    "lr_decay": "optimizer.lr_decay",
-    "lr_plateau": "optimizer.lr_plateau",
-    "lr_decay_min_steps": "optimizer.lr_decay_min_steps",
-    "max_epochs": "training.max_epochs",
-    "time_budget": "training.time_budget",
-    "refit": "training.refit",
-    "normalize": "data.normalize",
-    "valid_fraction": "data.valid_fraction",
-    "k": "eval.k",
-}
-_SPECIAL = ("hidden", "sampling")
 
 # predict(mode="lsh") scores this many labels of largest bias besides the hash candidates
 # (benchmarks/inference_latency.py: on an amazon-670k-shaped model it closes most of the P@1 gap
@@ -77,10 +54,6 @@ LSH_PRIOR = 1000
 AUTO_VALID_FRACTION = 0.2
 AUTO_VALID_MAX = 5_000
 
-# init: centroid: the length of each label's initial output row. Chosen on an amazon-670k-shaped
-# validation split (16,000 / 4,000 points, 43-49 s of training): lengths 3, 10, 30 and 100 reached
-# P@1 0.408, 0.433, 0.302 and 0.025 (glorot rows: 0.326); 30 and 100 start high and then diverge.
-CENTROID_NORM = 10.0
 
 
 def _core_module():
@@ -615,45 +588,9 @@ class Network:
                  "training points", self._best_score or float("nan"), best, data.full.n)
 
     def _init_output_centroids(self, arrays: _Arrays) -> None:
-        """``init: centroid`` on the output layer: before the first batch, each label's row of
-        the output layer becomes the mean representation (the last hidden layer's output, at
-        the initial weights, without dropout) of the training points that carry the label,
-        scaled to length CENTROID_NORM; rows of labels without points keep their random
-        weights. The time counts as training time."""
-        cfg = self.config
-        if cfg.layers[-1].init != "centroid":
-            return
-        t0 = time.perf_counter()
-        nl = len(cfg.layers)
-        params = self._core.parameters()
-        W = params[f"layers.{nl - 1}.weight"]          # this rank's rows (labels begin..end)
-        begin = int(getattr(self._core, "begin", 0))
-        end = begin + W.shape[0]
-        Y = arrays.labels
-        labels = Y.indices[(Y.indices >= begin) & (Y.indices < end)] - begin
-        has = np.bincount(labels, minlength=end - begin) > 0
-        W[has] = 0.0
-        chunk = max(1, (1 << 22) // max(1, W.shape[1]))   # rows of hidden output per step (16 MB)
-        for a in range(0, arrays.n, chunk):
-            b = min(arrays.n, a + chunk)
-            H = arrays.X[a:b] @ params["layers.0.weight"] + params["layers.0.bias"]
-            for i in range(1, nl):
-                if cfg.layers[i - 1].activation == "relu":
-                    np.maximum(H, 0.0, out=H)
-                if i < nl - 1:
-                    H = H @ params[f"layers.{i}.weight"].T + params[f"layers.{i}.bias"]
-            Yt = Y[a:b][:, begin:end].T.tocsr()          # labels x points of this chunk
-            Yt.data[:] = 1.0
-            rows = np.flatnonzero(np.diff(Yt.indptr))
-            if rows.size:
-                W[rows] += np.asarray(Yt[rows] @ H, dtype=np.float32)
-        norms = np.linalg.norm(W[has], axis=1, keepdims=True)
-        W[has] *= CENTROID_NORM / np.maximum(norms, 1e-30)
-        if self.resolved_sampling and "lsh" in self.resolved_sampling:
-            self._core.rebuild_tables()
-        self._train_seconds += time.perf_counter() - t0
-        log.info("init: centroid: %d output rows set from label centroids in %.1f s",
-                 int(has.sum()), time.perf_counter() - t0)
+        """``init: centroid`` on the output layer (slide.output_init); counts as training time."""
+        if self.config.layers[-1].init == "centroid":
+            self._train_seconds += init_output_centroids(self, arrays)
 
     def _restore_best(self, history: History) -> None:
         tr = self.config.training
@@ -851,57 +788,3 @@ def _call(cbs, method: str, *args) -> None:
         fn = getattr(cb, method, None)
         if fn is not None:
             fn(*args)
-
-
-
-def _engine_spec(cfg: Config, num_features: int) -> Dict[str, Any]:
-    """Every value the engine takes, from the resolved config: the engine has no defaults and
-    requires each key (range_pow 0 is derived by the engine, once; Network.spec reports it)."""
-    layers = []
-    for layer in cfg.layers:
-        lsh = layer.lsh
-        layers.append({
-            "size": int(layer.size), "activation": layer.activation, "sampling": layer.sampling,
-            "family": lsh.family, "K": lsh.K, "L": lsh.L, "range_pow": lsh.range_pow,
-            "bucket_capacity": lsh.bucket_capacity, "bucket_policy": lsh.bucket_policy, "bin_size": WTA_BIN_SIZE,
-            "selection": lsh.selection, "threshold": lsh.threshold,
-            "min_active": lsh.min_active, "max_active": lsh.max_active,
-        })
-    o, t = cfg.optimizer, cfg.training
-    return {
-        "input_dim": int(num_features), "layers": layers,
-        "lr": o.lr, "beta1": o.betas[0], "beta2": o.betas[1], "eps": o.eps,
-        "weight_decay": o.weight_decay, "dropout": t.dropout, "threads": t.threads,
-        "seed": t.seed, "rebuild_first": t.rebuild_first, "rebuild_decay": t.rebuild_decay,
-        "hugepages": t.hugepages, "recompute": t.recompute,
-    }
-
-
-def _apply_overrides(cfg: Config, overrides: Dict[str, Any]) -> Config:
-    d = cfg.to_dict()
-    for name, value in overrides.items():
-        if name in _SHORTCUTS:
-            section, key = _SHORTCUTS[name].split(".")
-            d[section][key] = list(value) if name == "k" and not isinstance(value, int) else value
-            if name == "k" and isinstance(value, int):
-                d[section][key] = [value]
-        elif name == "hidden":
-            sizes = [value] if isinstance(value, (int, np.integer)) else list(value)
-            hidden = []
-            for i, s in enumerate(sizes):
-                if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
-                    raise ConfigError(f"Network(hidden=...): item {i} must be a positive integer, got {s!r}")
-                hidden.append({"size": int(s), "activation": "relu", "sampling": "dense",
-                               "lsh": d["layers"][0]["lsh"] if d["layers"] else {}})
-            d["layers"] = hidden + [d["layers"][-1]]
-        elif name == "sampling":
-            d["layers"][-1]["sampling"] = value
-        else:
-            import difflib
-
-            options = list(_SHORTCUTS) + list(_SPECIAL)
-            close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise TypeError(f"Network() got an unexpected keyword argument '{name}'{hint}; "
-                            f"accepted shortcuts: {', '.join(options)}, or pass a config")
-    return Config.from_dict(d, source="Network(...)")
