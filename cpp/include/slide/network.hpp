@@ -63,6 +63,7 @@
 #include "slide/negatives.hpp"
 #include "slide/network_spec.hpp"
 #include "slide/optimizer.hpp"
+#include "slide/profile.hpp"
 #include "slide/sample_step.hpp"
 #include "slide/training_paths.hpp"
 #include "slide/workspace.hpp"
@@ -189,6 +190,32 @@ class Network {
   // Step after which the next table rebuild happens (-1 when no layer uses LSH).
   int64_t next_rebuild() const noexcept { return next_rebuild_; }
 
+  // ------------------------------------------------------------ profiling (profile.hpp)
+  // Off by default; while on, train_batch adds each phase's time and bytes and the batch
+  // time. Turning it on or off keeps the counters; reset_profile clears them.
+  void set_profiling(bool on);
+  bool profiling() const;
+  ProfileReport profile() const;
+  void reset_profile();
+  // Adds time spent outside the engine to a phase (e.g. Phase::Shuffle by the caller's loop).
+  void add_profile_time(Phase p, double seconds, double bytes);
+
+  // ------------------------------------------------------------ spread table rebuilds
+  // How a scheduled rebuild of an LSH layer's tables runs: 1 = at once, inside the batch
+  // that reaches the step (a stall of seconds on a layer of 10^5-10^6 neurons); n >= 2 =
+  // spread over n batches (LshTables::begin_rebuild): each batch hashes a share of the rows
+  // as they are then, or builds a share of the tables, while the old tables keep serving;
+  // 0 = auto (the default): layers of at least kSpreadRebuildRows rows spread over
+  // min(64, rebuild_first / 2) batches, smaller ones rebuild at once. The spread is capped at
+  // rebuild_first batches, so a rebuild always ends before the next one is due. Deterministic
+  // for a seed. A checkpoint taken while a spread rebuild runs saves the old tables.
+  void set_rebuild_spread(int64_t batches);
+  int64_t rebuild_spread() const noexcept { return rebuild_spread_; }
+  // Batches over which layer `layer`'s next rebuild is spread (1 = at once).
+  int64_t rebuild_batches(int layer) const;
+  // True while a spread rebuild of some layer is in progress.
+  bool rebuild_pending() const;
+
  private:
   bool batched_for(int64_t b) const noexcept;
   float train_batch_samples(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
@@ -198,6 +225,10 @@ class Network {
   void predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* labels, float* scores,
                        SoftmaxStats* stats, const LshQuery& query) const;
   void rebuild_tables_locked();
+  void start_scheduled_rebuild();
+  void advance_rebuilds();
+  void cancel_rebuilds();
+  int64_t spread_for(const Layer& L) const noexcept;
   int64_t schedule_after(int64_t step) const;
   void ensure_records(int64_t b);
   void finish_step(int64_t t);
@@ -219,6 +250,8 @@ class Network {
   int64_t shard_begin_ = 0;               // first output neuron held here (global id)
   std::unique_ptr<ShardBatch> shard_;     // label-sharded training: the batch between phases
   mutable std::shared_mutex mutex_;
+  Profiler profiler_;
+  int64_t rebuild_spread_ = 0;            // 0 = auto (set_rebuild_spread)
 
  public:
   // Checkpoint access to the hash tables of layer `layer`, which must sample by LSH

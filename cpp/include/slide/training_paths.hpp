@@ -31,4 +31,12 @@ constexpr int64_t kMaxBatchFloats = int64_t(1) << 26;
 // composition either way, never on the thread count.
 constexpr int64_t kInBatchWidth = 2;
 
+// Spread table rebuilds (Network::set_rebuild_spread, auto): an LSH layer of at least this many
+// rows (neurons) rebuilds its tables over min(kMaxRebuildSpread, rebuild_first / 2) batches
+// instead of stalling one batch for the whole rebuild; a smaller layer rebuilds at once.
+// Measured on the amazon-670k shape (670,091 rows of 128, DWTA K=8 L=50, 2 threads): an
+// at-once rebuild stalled its batch for seconds.
+constexpr int64_t kSpreadRebuildRows = int64_t(1) << 17;
+constexpr int64_t kMaxRebuildSpread = 64;
+
 }  // namespace slide

@@ -75,7 +75,7 @@ LshTablesState Network::table_state(int layer) const {
 
 void Network::set_table_state(int layer, const LshTablesState& state) {
   std::unique_lock<std::shared_mutex> lock(mutex_);
-  lsh_layer(layers_, layer).tables->import_state(state);
+  lsh_layer(layers_, layer).tables->import_state(state);  // drops a spread rebuild in progress
   predict_cache_->invalidate();
 }
 
