@@ -434,6 +434,23 @@ run from several Python threads at once.)doc")
           "Batches over which a scheduled hash-table rebuild is spread: 0 = auto (layers of at least 2^17 "
           "neurons over min(64, rebuild_first / 2) batches, smaller ones at once), 1 = at once, n = over n "
           "batches (at most rebuild_first).")
+      .def_property(
+          "shared_negatives",
+          [](const Network& n) -> py::object {
+            const int m = n.shared_negatives();
+            if (m < 0) return py::str("auto");
+            return py::bool_(m == 1);
+          },
+          [](Network& n, const py::object& v) {
+            if (py::isinstance<py::bool_>(v)) n.set_shared_negatives(v.cast<bool>() ? 1 : 0);
+            else if (py::isinstance<py::str>(v) && v.cast<std::string>() == "auto") n.set_shared_negatives(-1);
+            else bad("shared_negatives", "expected True, False or 'auto', got " + std::string(py::repr(v)));
+          },
+          "How a very wide LSH output layer scores the negatives its samples share (the batch's labels and "
+          "the uniform fill): True = as one block per batch (matrix products), False = per sample, 'auto' "
+          "(default) = the block from 65,536 output neurons. See uses_shared_negatives.")
+      .def_property_readonly("uses_shared_negatives", &Network::uses_shared_negatives,
+                             "Whether train_batch scores the shared negatives as a block now.")
       .def("rebuild_batches", &Network::rebuild_batches, py::arg("layer"),
            "Batches over which LSH layer `layer`'s next rebuild runs (1 = at once).")
       .def_property_readonly("rebuild_pending", &Network::rebuild_pending,

@@ -87,6 +87,7 @@ struct LshQuery {
 };
 
 struct ShardBatch;     // a label-sharded batch between its phases (trainer_sharded.cpp)
+struct SharedBlock;    // the shared-negatives trainer's batch state (trainer_shared.cpp)
 
 // The part of the output layer one process holds when the labels are sharded over
 // processes: output neurons [begin, end) of the spec's output layer. end = -1: all of it.
@@ -216,9 +217,22 @@ class Network {
   // True while a spread rebuild of some layer is in progress.
   bool rebuild_pending() const;
 
+  // ------------------------------------------------------------ shared in-batch negatives
+  // How a very wide hash-sampled output layer scores the negatives its samples share (the
+  // batch's labels and the uniform fill, see trainer_shared.cpp): 1 = as one block for the
+  // whole batch (matrix products; each shared row read and updated once per batch), 0 = per
+  // sample among its scattered active rows, -1 = auto (the default): the block when the
+  // output layer has at least kSharedNegativesWidth neurons, takes in-batch negatives and
+  // reads a hidden layer. The two give different (each deterministic) results.
+  void set_shared_negatives(int mode);
+  int shared_negatives() const noexcept { return shared_negatives_; }
+  // Whether train_batch uses the block now (the mode resolved for this network).
+  bool uses_shared_negatives() const noexcept;
+
  private:
   bool batched_for(int64_t b) const noexcept;
   float train_batch_samples(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
+  float train_batch_shared(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
   float train_batch_layerwise(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
   void predict_exact_blocked(const CsrView& x, int k, int32_t* labels, float* scores, SoftmaxStats* stats) const;
   void predict_layerwise(const CsrView& x, int k, int32_t* labels, float* scores, SoftmaxStats* stats) const;
@@ -252,6 +266,8 @@ class Network {
   mutable std::shared_mutex mutex_;
   Profiler profiler_;
   int64_t rebuild_spread_ = 0;            // 0 = auto (set_rebuild_spread)
+  int shared_negatives_ = -1;             // -1 = auto (set_shared_negatives)
+  std::unique_ptr<SharedBlock> shared_;  // the shared-negatives trainer's batch state
 
  public:
   // Checkpoint access to the hash tables of layer `layer`, which must sample by LSH

@@ -48,6 +48,7 @@ MemoryReport Network::memory_report() const {
     r.scratch_per_thread = std::max(r.scratch_per_thread, b);
   }
   r.scratch += predict_cache_->bytes();
+  r.scratch += shared_block_bytes(shared_.get());  // the shared-negatives trainer's batch block
   // Per-sample gradient records of the last batch: O(batch x active).
   for (const auto& rec : records_) r.gradients += rec->bytes();
   if (batch_) {

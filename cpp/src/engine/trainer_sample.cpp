@@ -71,12 +71,14 @@ float Network::train_batch(const CsrView& x, const CsrView& y, const int64_t* ro
   // lr = 0 is allowed: a schedule may decay the rate to nothing (moments still advance).
   if (!(lr >= 0.0f) || !std::isfinite(lr)) throw InvalidArgument("lr: must be >= 0 and finite, got " + std::to_string(lr));
   ensure_records(b);
-  if (!profiler_.enabled()) {
+  auto run = [&] {
     if (batched_for(b)) return train_batch_layerwise(x, y, rows, b, lr);
+    if (uses_shared_negatives()) return train_batch_shared(x, y, rows, b, lr);
     return train_batch_samples(x, y, rows, b, lr);
-  }
+  };
+  if (!profiler_.enabled()) return run();
   const auto t0 = std::chrono::steady_clock::now();
-  const float loss = batched_for(b) ? train_batch_layerwise(x, y, rows, b, lr) : train_batch_samples(x, y, rows, b, lr);
+  const float loss = run();
   profiler_.end_batch(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), b, step_);
   return loss;
 }
