@@ -48,6 +48,16 @@ Network::Network(const NetworkSpec& spec, OutputShard shard) : spec_(spec) {
     has_lsh_ = has_lsh_ || L.lsh();
     init_weights(L, stream_seed(spec_.seed, kInitSalt, static_cast<uint64_t>(i)), threads_, last ? shard.begin : 0,
                  last ? full_out : -1);
+    // The Adam moments are zero pages the kernel has not mapped yet: a batch's sparse update
+    // touches rows all over them, so the first batches paid for faulting in the whole arrays
+    // (seconds on a 670K x 128 layer). Touch them here, in parallel, once.
+    for (AlignedBuffer<float>* a : {&L.weight_m, &L.weight_v}) {
+      float* p = a->data();
+      const int64_t n = static_cast<int64_t>(a->size());
+      constexpr int64_t kPage = 1024;  // floats per 4 KiB page
+#pragma omp parallel for num_threads(threads_) schedule(static) if (n > kParallelWork)
+      for (int64_t k = 0; k < n; k += kPage) p[k] = 0.0f;
+    }
   }
   // Rough multiply-adds per sample (forward and backward), to decide when to go parallel.
   sample_work_ = 0;

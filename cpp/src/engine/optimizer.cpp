@@ -50,6 +50,9 @@ struct AdamArrays {
 // touched rows, then updates them in ascending order with the next rows' arrays prefetched
 // (touched rows are sparse in a matrix far larger than the caches).
 constexpr int64_t kRowBlock = 4096;
+// Rows ahead whose weights and moments are prefetched (each row is 3 x row_len floats in
+// three arrays: enough lines in flight to cover the memory latency of scattered rows).
+constexpr size_t kAdamPrefetch = 4;
 
 // The one blocking routine of both passes: update(r, scratch) for every row r of `a` with
 // touched(r), in parallel over blocks of rows when `parallel`.
@@ -70,8 +73,8 @@ void for_each_touched_row(const AdamArrays& a, const std::vector<std::unique_ptr
         if (touched(r)) todo.push_back(static_cast<int32_t>(r));
       const size_t nt = todo.size();
       for (size_t q = 0; q < nt; ++q) {
-        if (q + 2 < nt) {
-          const int64_t off = static_cast<int64_t>(todo[q + 2]) * len;
+        if (q + kAdamPrefetch < nt) {
+          const int64_t off = static_cast<int64_t>(todo[q + kAdamPrefetch]) * len;
           prefetch_row(a.w + off, len);
           prefetch_row(a.m + off, len);
           prefetch_row(a.v + off, len);
