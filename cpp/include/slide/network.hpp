@@ -33,6 +33,10 @@
 // layers are bit-identical with one thread; with several, racing float additions may be
 // lost or reordered, so results differ run to run while accuracy does not.
 //
+// Very wide output layers (training_paths.hpp): the negatives a batch's samples share are
+// scored as one block per batch (set_shared_negatives), and table rebuilds are spread over
+// several batches (set_rebuild_spread), so no batch stalls for a whole rebuild.
+//
 // Thread safety: train_batch, set_step and rebuild_tables take an exclusive lock;
 // predict_topk, parameters and memory_report may run from several threads at once.
 //
@@ -46,6 +50,8 @@
 //   trainer_sample.cpp  the per-sample trainer (composes the phases; HOGWILD over samples)
 //   trainer_batched.cpp the batched dense trainer (matrix products over the batch)
 //   trainer_sharded.cpp a label shard's batch step, in phases around the exchanges
+//   trainer_shared.cpp  very wide output layers: the batch's shared negatives as one block
+//   profile.cpp         the phase profiler and the bandwidth triad (profile.hpp)
 //   optimizer.cpp       fused sparse Adam over the touched rows (optimizer.hpp)
 //   predict.cpp         exact blocked, layer-wise and per-sample (LSH top-k) prediction
 //   state.cpp           what a checkpoint saves and restores; the memory report
