@@ -239,6 +239,11 @@ class Network:
             from .distributed import ShardedCore
 
             self._core = ShardedCore(core, spec, num_labels, self._comm)
+        for key in ("shared_negatives", "rebuild_spread"):
+            try:
+                setattr(self._core, key, getattr(cfg.training, key))
+            except ValueError as e:
+                raise ConfigError(f"training.{key}: {e}") from None
         self.config = cfg
         self.num_features = num_features
         self.num_labels = num_labels

@@ -206,3 +206,37 @@ def test_shared_negatives_are_deterministic_for_any_thread_count():
         train(net, x, lab, epochs=1)
         runs.append(params_copy(net))
     assert all(np.array_equal(runs[0][k], runs[1][k]) for k in runs[0])
+
+
+# ---------------------------------------------------------------------- config keys
+
+def test_config_keys_reach_the_engine():
+    import slide
+    x, lab, _ = make_problem(n=400)
+    X = _to_scipy(x, 400)
+    Y = _to_scipy((lab[0], lab[1], np.ones(len(lab[1]), np.float32)), 16)
+    layers = [{"size": 16}, {"size": None, "activation": "softmax", "sampling": "lsh",
+                             "lsh": {"K": 2, "L": 4, "min_active": 4, "max_active": 6}}]
+    net = slide.Network({"layers": layers, "training": {"epochs": 1, "threads": 1}})
+    net.fit((X, Y))
+    assert net._core.shared_negatives == "auto" and net._core.rebuild_spread == 0
+    net = slide.Network({"layers": layers, "training": {"epochs": 1, "threads": 1, "shared_negatives": True,
+                                                        "rebuild_spread": 3}})
+    net.fit((X, Y))
+    assert net._core.shared_negatives is True and net._core.rebuild_spread == 3
+    assert net._core.rebuild_batches(1) == 3
+    narrow = [layers[0], {**layers[1], "lsh": {"K": 2, "L": 4, "min_active": 4, "max_active": 8}}]
+    net = slide.Network({"layers": narrow, "training": {"epochs": 1, "shared_negatives": True}})
+    with pytest.raises(slide.ConfigError, match="training.shared_negatives: .*needs a hash-sampled output layer"):
+        net.fit((X, Y))
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("shared_negatives", "yes", "training.shared_negatives: expected true, false or auto, got 'yes'"),
+    ("shared_negatives", 1, "training.shared_negatives: expected true or false, got 1"),
+    ("rebuild_spread", -1, "training.rebuild_spread: must be >= 0, got -1"),
+])
+def test_config_keys_reject_bad_values(key, value, message):
+    import slide
+    with pytest.raises(slide.ConfigError, match=message):
+        slide.Config.from_dict({"training": {key: value}})
