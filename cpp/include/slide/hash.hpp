@@ -105,6 +105,10 @@ class LshTables {
   // h made from the same LshParams (InvalidArgument otherwise).
   void build(const HashFunction& h, const float* rows, int64_t num_rows, int64_t stride,
              int num_threads, uint64_t seed);
+  // The same from rows stored as bfloat16 bits (bf16.hpp), each widened exactly to float32
+  // before it is hashed: the tables are those build() makes from the widened matrix.
+  void build(const HashFunction& h, const uint16_t* rows_bf16, int64_t num_rows, int64_t stride,
+             int num_threads, uint64_t seed);
   // Neurons in bucket `id` of table `t` (pointer and count), valid until the next build().
   // Unoccupied ids (and any id before the first build) give count 0; t out of range throws.
   std::pair<const int32_t*, int> bucket(int t, uint32_t id) const;
@@ -124,6 +128,8 @@ class LshTables {
   void import_state(const LshTablesState& s);
 
  private:
+  void build_from(const HashFunction& h, const float* rows, const uint16_t* rows_bf16, int64_t num_rows,
+                  int64_t stride, int num_threads, uint64_t seed);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

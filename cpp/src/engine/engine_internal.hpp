@@ -124,6 +124,9 @@ struct BatchMatrices {
   std::vector<float> loss;                // per sample
   std::vector<Rng> rng;                   // per sample: its training stream (dropout)
   std::vector<std::vector<float>> grad;   // per thread: gradients of a block of weight rows
+  // Per layer l >= 1 with bf16 storage: its weights widened to float32 at the start of each
+  // batch, for the matrix products (empty for float32 layers and layer 0).
+  std::vector<std::vector<float>> wide;
   int64_t width = 0;                      // neurons over all layers
   int64_t floats_per_sample = 0;          // activation floats a batch keeps per sample (batched_for)
 
@@ -156,6 +159,7 @@ struct BatchMatrices {
   size_t bytes() const {
     size_t b = activation_bytes();
     for (auto& v : grad) b += v.capacity() * sizeof(float);
+    for (auto& v : wide) b += v.capacity() * sizeof(float);
     return b;
   }
 };

@@ -139,8 +139,12 @@ void Network::rebuild_tables() {
 void Network::rebuild_tables_locked() {
   for (Layer& L : layers_) {
     if (!L.lsh()) continue;
-    L.tables->build(*L.hash, L.weight.data(), L.rows, L.row_len, threads_,
-                    stream_seed(spec_.seed, kTableSalt, static_cast<uint64_t>(L.index), static_cast<uint64_t>(step_)));
+    const uint64_t seed =
+        stream_seed(spec_.seed, kTableSalt, static_cast<uint64_t>(L.index), static_cast<uint64_t>(step_));
+    if (L.bf16)
+      L.tables->build(*L.hash, L.weight16.data(), L.rows, L.row_len, threads_, seed);
+    else
+      L.tables->build(*L.hash, L.weight.data(), L.rows, L.row_len, threads_, seed);
   }
   predict_cache_->invalidate();
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "slide/bf16.hpp"
 #include "slide/common.hpp"
 #include "slide/hash.hpp"
 #include "slide/random.hpp"
@@ -171,6 +172,16 @@ LshTables& LshTables::operator=(LshTables&&) noexcept = default;
 
 void LshTables::build(const HashFunction& h, const float* rows, int64_t num_rows, int64_t stride,
                       int num_threads, uint64_t seed) {
+  build_from(h, rows, nullptr, num_rows, stride, num_threads, seed);
+}
+
+void LshTables::build(const HashFunction& h, const uint16_t* rows_bf16, int64_t num_rows, int64_t stride,
+                      int num_threads, uint64_t seed) {
+  build_from(h, nullptr, rows_bf16, num_rows, stride, num_threads, seed);
+}
+
+void LshTables::build_from(const HashFunction& h, const float* rows, const uint16_t* rows_bf16, int64_t num_rows,
+                           int64_t stride, int num_threads, uint64_t seed) {
   Impl& im = *impl_;
   const int L = im.params.L;
   if (h.num_tables() != L || h.range_pow() != im.range_pow)
@@ -183,7 +194,7 @@ void LshTables::build(const HashFunction& h, const float* rows, int64_t num_rows
   if (stride < h.dim())
     throw InvalidArgument("row stride " + std::to_string(stride) + " is smaller than the hash dimension " +
                           std::to_string(h.dim()));
-  if (num_rows > 0 && rows == nullptr) throw InvalidArgument("rows is null");
+  if (num_rows > 0 && rows == nullptr && rows_bf16 == nullptr) throw InvalidArgument("rows is null");
   const int nt = resolve_threads(num_threads);
 
   // Bucket ids stored table-major (ids[t * num_rows + i]) so that building a table reads one
@@ -195,11 +206,20 @@ void LshTables::build(const HashFunction& h, const float* rows, int64_t num_rows
 #pragma omp parallel num_threads(nt)
   {
     std::vector<uint32_t> buf(static_cast<size_t>(kChunk) * L);
+    std::vector<float> wide(rows_bf16 ? static_cast<size_t>(h.dim()) : 0);
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < n_chunks; ++c) {
       catcher.run([&] {
         const int64_t r0 = c * kChunk, r1 = std::min(num_rows, r0 + kChunk);
-        for (int64_t i = r0; i < r1; ++i) h.hash_dense(rows + i * stride, buf.data() + (i - r0) * L);
+        for (int64_t i = r0; i < r1; ++i) {
+          const float* row = rows + i * stride;
+          if (rows_bf16) {
+            const uint16_t* r16 = rows_bf16 + i * stride;
+            for (size_t j = 0; j < wide.size(); ++j) wide[j] = bf16_to_float(r16[j]);
+            row = wide.data();
+          }
+          h.hash_dense(row, buf.data() + (i - r0) * L);
+        }
         for (int t = 0; t < L; ++t) {
           uint32_t* col = ids.data() + static_cast<size_t>(t) * num_rows;
           for (int64_t i = r0; i < r1; ++i) col[i] = buf[(i - r0) * L + t];
