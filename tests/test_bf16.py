@@ -1,0 +1,175 @@
+"""precision: bf16 (weights and Adam moments in bfloat16, float32 arithmetic).
+
+Figures behind the bands (benchmarks/bf16.py, README): on Delicious bf16 reaches the P@1 of
+float32 within 0.005, with half the model state.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import slide
+from slide import _bf16
+from slide.config import Config, ConfigError
+
+# Small hash-sampled network: the output layer's dot products, input gradients and Adam rows
+# all run through the bf16 kernels.
+LSH = dict(hidden=64, sampling="lsh", threads=1, seed=0, epochs=2, dropout=0.0, lr=1e-2)
+
+
+def lsh_config(**layer_lsh):
+    cfg = Config()
+    cfg.layers[-1].lsh.family = "simhash"
+    cfg.layers[-1].lsh.K = 4
+    cfg.layers[-1].lsh.L = 8
+    cfg.layers[-1].lsh.min_active = 40
+    cfg.layers[-1].lsh.max_active = 80
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def small():
+    return slide.datasets.make_synthetic("small", num_train=1500, num_test=500, num_labels=400)
+
+
+def state_bytes(net):
+    r = net.memory_report()
+    return r["weights"] + r["optimizer"]
+
+
+def test_precision_setting_defaults_and_errors():
+    assert Config().layers[0].precision == "fp32" and Config().layers[-1].precision == "fp32"
+    cfg = Config.from_dict({"layers": [{"size": 32, "precision": "bf16"}, {"size": 16}, {"activation": "auto", "precision": "bf16"}]})
+    assert [l.precision for l in cfg.layers] == ["bf16", "fp32", "bf16"]
+    with pytest.raises(ConfigError, match=r"layers\.1\.precision"):
+        Config.from_dict({"layers": [{"size": 32}, {"size": 16, "precision": "bf16"}, {"activation": "auto"}]})
+    with pytest.raises(ConfigError, match=r"layers\.0\.precision"):
+        Config.from_dict({"layers": [{"size": 32, "precision": "fp16"}, {"activation": "auto"}]})
+    # the keyword sets the layers that may store bf16: the first and the output layer
+    net = slide.Network(hidden=[32, 16], precision="bf16")
+    assert [l.precision for l in net.config.layers] == ["bf16", "fp32", "bf16"]
+    assert "precision: fp32" in slide.config.defaults_yaml()
+
+
+def test_bf16_arrays_state_bytes_and_kernels(small):
+    train, test = small
+    nets = {}
+    for prec in ("fp32", "bf16"):
+        nets[prec] = slide.Network(lsh_config(), precision=prec, **LSH)
+        nets[prec].fit(train)
+    p16, p32 = nets["bf16"].parameters(), nets["fp32"].parameters()
+    for name in ("layers.0.weight", "layers.1.weight", "layers.1.weight.adam_m", "layers.1.weight.adam_v"):
+        assert p16[name].dtype == np.uint16 and p32[name].dtype == np.float32
+        assert p16[name].shape == p32[name].shape
+    assert p16["layers.1.bias"].dtype == np.float32  # biases stay float32
+    ratio = state_bytes(nets["bf16"]) / state_bytes(nets["fp32"])
+    assert ratio <= 0.6, ratio
+    assert nets["bf16"]._core.bf16_isa == slide._core.cpu_features()["bf16_kernels"]
+    # both learn the same problem
+    p1 = {k: n.evaluate(test, k=1)["P@1"] for k, n in nets.items()}
+    assert p1["fp32"] > 0.3 and abs(p1["bf16"] - p1["fp32"]) <= 0.03, p1
+    # exact and hash-sampled prediction both run on bf16 weights
+    lab, sc = nets["bf16"].predict(test, k=3, mode="lsh")
+    assert lab.shape == (len(test), 3) and np.all(np.isfinite(sc))
+
+
+def test_bf16_save_load_round_trip(small, tmp_path):
+    train, test = small
+    net = slide.Network(lsh_config(), precision="bf16", **LSH)
+    net.fit(train)
+    path = tmp_path / "bf16.slide"
+    net.save(path)
+    back = slide.Network.load(path)
+    assert [l.precision for l in back.config.layers] == ["bf16", "bf16"]
+    pa, pb = net.parameters(), back.parameters()
+    assert sorted(pa) == sorted(pb)
+    for k in pa:
+        assert pa[k].dtype == pb[k].dtype
+        np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
+    assert state_bytes(back) == state_bytes(net)
+    for mode in ("exact", "lsh"):
+        a, b = net.predict(test, k=5, mode=mode), back.predict(test, k=5, mode=mode)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+    # training resumes from the checkpoint as it would have gone on (one thread: bit-identical)
+    net.fit(train, epochs=3)
+    back.fit(train, epochs=3)
+    for k in pa:
+        np.testing.assert_array_equal(net.parameters()[k], back.parameters()[k], err_msg=k)
+
+
+def test_bf16_values_into_a_float32_network_are_refused(small, tmp_path):
+    train, _ = small
+    net16 = slide.Network(lsh_config(), precision="bf16", **LSH)
+    net16.fit(train, epochs=1)
+    net32 = slide.Network(lsh_config(), **LSH)
+    net32.fit(train, epochs=1)
+    with pytest.raises(ValueError, match=r"layers\.1\.weight.*bfloat16.*float32"):
+        net32._set_parameters({"layers.1.weight": net16.parameters()["layers.1.weight"]})
+    # float values into a bf16 layer are rounded as the engine rounds
+    w = net32.parameters()["layers.1.weight"].copy()
+    net16._set_parameters({"layers.1.weight": w})
+    np.testing.assert_array_equal(net16.parameters()["layers.1.weight"], _bf16.from_float32(w))
+    np.testing.assert_allclose(_bf16.to_float32(net16.parameters()["layers.1.weight"]), w, rtol=2 ** -8, atol=0)
+
+
+def test_python_rounding_matches_the_engine():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 2 ** 32, size=100_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x[:4] = [0.0, -0.0, np.inf, -np.inf]
+    net = slide.Network(precision="bf16", hidden=8, num_features=10, num_labels=4, threads=1)
+    out = _bf16.from_float32(x)
+    # the engine's stores: set float values, the engine rounds on its own only in training;
+    # compare the Python rule against the round trip of exactly representable values
+    exact = _bf16.to_float32(out)
+    np.testing.assert_array_equal(_bf16.from_float32(exact[np.isfinite(exact)]), out[np.isfinite(exact)])
+    finite = np.isfinite(x) & (np.abs(x) > 1e-37) & (np.abs(x) < 1e37)
+    assert np.all(np.abs(exact[finite] - x[finite]) <= np.abs(x[finite]) * 2.0 ** -8)
+    assert net.parameters()["layers.0.weight"].dtype == np.uint16
+
+
+@pytest.mark.skipif(not slide._core.cpu_features()["avx512bf16"], reason="the CPU has no AVX512_BF16")
+def test_avx512_bf16_kernels_agree_with_the_fallback(small, tmp_path):
+    """SLIDE_ISA=avx512f runs bf16 layers on the exact fallback: the same training up to the
+    order of float32 additions (and an occasional one-unit difference in a rounded store)."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys, numpy as np, slide\n"
+        f"sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+        "from test_bf16 import LSH, lsh_config\n"
+        "train, test = slide.datasets.make_synthetic('small', num_train=1500, num_test=500, num_labels=400)\n"
+        "net = slide.Network(lsh_config(), precision='bf16', **LSH)\n"
+        "h = net.fit(train, epochs=1)\n"
+        "lab, sc = net.predict(test, k=1)\n"
+        "p = {k: v for k, v in net.parameters().items()}\n"
+        f"np.savez({str(tmp_path / 'out.npz')!r}, lab=lab, sc=sc, isa=net._core.bf16_isa, **p)\n")
+    env = dict(os.environ, SLIDE_ISA="avx512f")
+    subprocess.run([sys.executable, str(script)], check=True, env=env, timeout=300)
+    fallback = np.load(tmp_path / "out.npz")
+    assert str(fallback["isa"]) == "generic"
+    train, test = small
+    net = slide.Network(lsh_config(), precision="bf16", **LSH)
+    net.fit(train, epochs=1)
+    assert net._core.bf16_isa == "avx512_bf16"
+    lab, sc = net.predict(test, k=1)
+    assert (fallback["lab"][:, 0] == lab[:, 0]).mean() > 0.95
+    np.testing.assert_allclose(fallback["sc"], sc, rtol=0.05, atol=1e-3)
+    for k, v in net.parameters().items():
+        a = _bf16.to_float32(v) if _bf16.is_bf16(v) else v
+        b = _bf16.to_float32(fallback[k]) if _bf16.is_bf16(fallback[k]) else fallback[k]
+        scale = np.abs(a).max() + 1e-12
+        assert np.abs(a - b).max() <= 0.05 * scale, k
+        if _bf16.is_bf16(v):
+            assert np.mean(a != b) < 0.5, k  # most bf16 values are stored identically
+
+
+def test_bf16_learns_delicious_within_a_band_of_fp32(delicious):
+    train, test = delicious
+    p1 = {}
+    for prec in ("fp32", "bf16"):
+        net = slide.Network(precision=prec, threads=1, epochs=2, seed=0)
+        net.fit(train)
+        p1[prec] = net.evaluate(test, k=1)["P@1"]
+    assert p1["fp32"] > 0.6 and abs(p1["bf16"] - p1["fp32"]) <= 0.01, p1
