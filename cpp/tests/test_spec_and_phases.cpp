@@ -62,6 +62,10 @@ TEST_CASE("the spec takes every value from its input and requires every key") {
   for (const auto& kv : layer(1, "relu", "dense")) {
     std::vector<SpecDict> l = layers;
     l[1].erase(kv.first);
+    if (kv.first == "precision") {  // optional: fp32 when absent
+      CHECK(parse_network_spec(top(), true, l).layers[1].precision == Precision::FP32);
+      continue;
+    }
     CHECK(error_of(top(), l).rfind(layer_key_path(1, kv.first) + ": missing required key", 0) == 0);
   }
   // bf16 storage: the first and the output layer only

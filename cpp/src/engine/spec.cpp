@@ -135,7 +135,9 @@ NetworkSpec parse_network_spec(const SpecDict& top, bool has_layers, const std::
     l.selection.threshold = static_cast<int>(lr.integer("threshold", INT32_MIN, INT32_MAX));
     l.selection.min_active = static_cast<int>(lr.integer("min_active", INT32_MIN, INT32_MAX));
     l.selection.max_active = static_cast<int>(lr.integer("max_active", INT32_MIN, INT32_MAX));
-    l.precision = lr.choice("precision", {"fp32", "bf16"}) == 1 ? Precision::BF16 : Precision::FP32;
+    // The one optional key: specs written before bf16 storage existed mean fp32.
+    if (layers[i].count("precision"))
+      l.precision = lr.choice("precision", {"fp32", "bf16"}) == 1 ? Precision::BF16 : Precision::FP32;
     s.layers.push_back(l);
   }
   s.lr = static_cast<float>(r.number("lr"));
