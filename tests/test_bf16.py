@@ -173,3 +173,17 @@ def test_bf16_learns_delicious_within_a_band_of_fp32(delicious):
         net.fit(train)
         p1[prec] = net.evaluate(test, k=1)["P@1"]
     assert p1["fp32"] > 0.6 and abs(p1["bf16"] - p1["fp32"]) <= 0.01, p1
+
+
+def test_memory_estimate_counts_bf16_storage():
+    cfg = Config.from_yaml(os.path.join(os.path.dirname(__file__), "..", "datasets", "synth-amazon-670k.yaml"))
+    fp32 = slide.memory.estimate(cfg, 135_909, 670_091)
+    for layer in cfg.layers:
+        layer.precision = "bf16"
+    bf16 = slide.memory.estimate(cfg, 135_909, 670_091)
+    ratio = (bf16["weights"] + bf16["adam"]) / (fp32["weights"] + fp32["adam"])
+    assert 0.5 <= ratio <= 0.51, ratio
+    net = slide.Network(cfg, num_features=2_000, num_labels=5_000, threads=1)
+    rep = net.memory_report()
+    est = slide.memory.estimate(cfg, 2_000, 5_000)
+    assert rep["weights"] == est["weights"] and rep["optimizer"] == est["adam"]
