@@ -148,7 +148,7 @@ def test_avx512_bf16_kernels_agree_with_the_fallback(small, tmp_path):
     env = dict(os.environ, SLIDE_ISA="avx512f")
     subprocess.run([sys.executable, str(script)], check=True, env=env, timeout=300)
     fallback = np.load(tmp_path / "out.npz")
-    assert str(fallback["isa"]) == "generic"
+    assert str(fallback["isa"]) in ("avx2", "generic")
     train, test = small
     net = slide.Network(lsh_config(), precision="bf16", **LSH)
     net.fit(train, epochs=1)

@@ -6,6 +6,7 @@
 // conversion instructions (VCVTNEPS2BF16), so the kernels with and without them store the
 // same values: zero and denormal inputs give a zero of the same sign, NaNs stay (quiet) NaNs,
 // infinities stay infinite, and finite values that round past the largest bf16 become infinite.
+// The Adam step stores weights and second moments with stochastic rounding instead (below).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,37 @@ inline uint16_t float_to_bf16(float f) noexcept {
   }
   u += 0x7FFFu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
+}
+
+// Stochastic rounding (weights and second moments in the Adam step): rounds up with
+// probability equal to the distance to the lower neighbour in units of the bf16 spacing, so
+// updates smaller than half that spacing still move a weight in expectation instead of being
+// lost, and v = beta2 v + ... still decays. `noise` supplies the 16 random bits (its low half);
+// special values as float_to_bf16.
+inline uint16_t float_to_bf16_stochastic(float f, uint32_t noise) noexcept {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const uint32_t exponent = u & 0x7F800000u;
+  if (exponent == 0 || exponent == 0x7F800000u) return float_to_bf16(f);
+  return static_cast<uint16_t>((u + (noise & 0xFFFFu)) >> 16);
+}
+
+// The noise: the murmur3 finaliser of a counter, keyed by (step, layer, row) through
+// bf16_row_key and by the column inside a row (key + 2 i for the weight, key + 2 i + 1 for
+// the second moment). Counter-based, so the result depends neither on the number of threads
+// nor on the kernel set.
+inline uint32_t bf16_mix(uint32_t x) noexcept {
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  x ^= x >> 13;
+  x *= 0xC2B2AE35u;
+  x ^= x >> 16;
+  return x;
+}
+
+inline uint32_t bf16_row_key(int64_t step, int layer, int64_t row) noexcept {
+  return bf16_mix(static_cast<uint32_t>(step) * 0x9E3779B1u + static_cast<uint32_t>(layer) * 0x632BE5ABu) +
+         static_cast<uint32_t>(row) * 0xC2B2AE3Du;
 }
 
 }  // namespace slide

@@ -39,6 +39,7 @@ struct AdamStep {
   float lr_t;   // lr * sqrt(1 - beta2^t) / (1 - beta1^t)
   float eps;    // eps * sqrt(1 - beta2^t): keeps eps in the units of the uncorrected v
   float decay;  // lr * weight_decay (0 for biases)
+  int64_t step = 0;  // t: keys the stochastic rounding of bf16 layers (bf16.hpp)
 };
 
 // The per-step constants for global step t >= 1 and learning rate lr (decay only when

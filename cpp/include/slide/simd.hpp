@@ -4,10 +4,12 @@
 // __attribute__((target("avx2,fma"))) and target("avx512f"), and kernels() returns the
 // widest set this CPU supports (SLIDE_ISA=generic|avx2|avx512f caps it, see cpu.hpp).
 // The bfloat16 kernels (layers with precision: bf16, see bf16.hpp) use the AVX512_BF16
-// instructions where the CPU has them and an exact scalar fallback elsewhere; both round
-// stores to nearest even and accumulate in float32, so they agree up to the order of the
-// float32 additions (the stores of adam_bf16, to_bf16 and from_bf16 agree bit for bit when
-// the float32 inputs do).
+// instructions where the CPU has them, and elsewhere an exact fallback (AVX2+FMA, or scalar
+// on the generic set) that widens bf16 to float32 by a shift and emulates the rounding of
+// VCVTNEPS2BF16 bit for bit. All round stores to nearest even and accumulate in float32, so
+// they agree up to the order of the float32 additions: to_bf16 and from_bf16 bit for bit,
+// adam_bf16 bit for bit between AVX2 and AVX512_BF16 (same operations) and to one unit in
+// the last place against the scalar loop (no fused multiply-adds there).
 // All kernels accept unaligned pointers and any length n >= 0.
 #pragma once
 
@@ -51,13 +53,14 @@ struct Kernels {
   float (*dot_bf16)(const uint16_t* w, const uint16_t* x, int64_t n);
   // y[i] += alpha float(x[i])
   void (*axpy_bf16)(float alpha, const uint16_t* x, float* y, int64_t n);
-  // Fused Adam over one bf16 row: the float32 step of Kernels::adam on the widened values,
-  // w, m and v rounded back to bf16; reads and zeroes g (float32).
-  void (*adam_bf16)(uint16_t* w, uint16_t* m, uint16_t* v, float* g, int64_t n, const AdamStep& s);
+  // Fused Adam over one bf16 row: the float32 step of Kernels::adam on the widened values; m
+  // is stored rounded to nearest even, w and v with stochastic rounding from the counter
+  // noise of `key` (bf16.hpp: bf16_row_key, float_to_bf16_stochastic); reads and zeroes g.
+  void (*adam_bf16)(uint16_t* w, uint16_t* m, uint16_t* v, float* g, int64_t n, const AdamStep& s, uint32_t key);
   // out[i] = bf16(x[i]) (round to nearest even), out[i] = float(x[i]) (exact).
   void (*to_bf16)(const float* x, uint16_t* out, int64_t n);
   void (*from_bf16)(const uint16_t* x, float* out, int64_t n);
-  const char* bf16_isa;  // "avx512_bf16" (the BF16 instructions) or "generic" (the exact fallback)
+  const char* bf16_isa;  // "avx512_bf16" (the BF16 instructions), "avx2" or "generic" (exact fallbacks)
 };
 
 // Hints the cache to load a row of n floats that the loop will read soon.

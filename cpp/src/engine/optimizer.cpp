@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "engine_internal.hpp"
+#include "slide/bf16.hpp"
 #include "slide/common.hpp"
 #include "slide/layer.hpp"
 #include "slide/simd.hpp"
@@ -26,6 +27,7 @@ AdamStep make_adam_step(const AdamParams& p, float lr, int64_t t, bool with_deca
   s.lr_t = static_cast<float>(lr * std::sqrt(c2) / c1);
   s.eps = static_cast<float>(p.eps * std::sqrt(c2));
   s.decay = with_decay ? lr * p.weight_decay : 0.0f;
+  s.step = t;
   return s;
 }
 
@@ -42,17 +44,19 @@ struct AdamArrays {
   int64_t rows, len;
   bool row_bias;  // bias r travels with weight row r (every layer but the first)
   bool bf16;
+  int layer;
 
   explicit AdamArrays(Layer& L)
       : w(L.weight.data()), m(L.weight_m.data()), v(L.weight_v.data()), bias(L.bias.data()),
         bm(L.bias_m.data()), bv(L.bias_v.data()), w16(L.weight16.data()), m16(L.weight16_m.data()),
-        v16(L.weight16_v.data()), rows(L.rows), len(L.row_len), row_bias(!L.sparse_input), bf16(L.bf16) {}
+        v16(L.weight16_v.data()), rows(L.rows), len(L.row_len), row_bias(!L.sparse_input), bf16(L.bf16),
+        layer(L.index) {}
 
   // The fused step on row r from its gradient g (zeroed).
   void step_row(const Kernels& kr, int64_t r, float* g, const AdamStep& s) const {
     const int64_t off = r * len;
     if (bf16)
-      kr.adam_bf16(w16 + off, m16 + off, v16 + off, g, len, s);
+      kr.adam_bf16(w16 + off, m16 + off, v16 + off, g, len, s, bf16_row_key(s.step, layer, r));
     else
       kr.adam(w + off, m + off, v + off, g, len, s);
   }

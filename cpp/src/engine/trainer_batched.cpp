@@ -21,6 +21,7 @@
 #include <cmath>
 
 #include "engine_internal.hpp"
+#include "slide/bf16.hpp"
 #include "slide/network.hpp"
 #include "slide/simd.hpp"
 
@@ -44,6 +45,21 @@ struct BatchStep {
 const float* weights_f32(const BatchStep& s, int l) {
   const Layer& L = s.layers[l];
   return L.bf16 ? s.M.wide[l].data() : L.weight.data();
+}
+
+// The float32 copies of the bf16 layers after the first (sized by the caller), in blocks
+// shared by the threads of the region.
+void widen_bf16_weights(const BatchStep& s) {
+  constexpr int64_t kChunk = 1 << 14;
+  const int nl = static_cast<int>(s.layers.size());
+  for (int l = 1; l < nl; ++l) {
+    const Layer& L = s.layers[l];
+    if (!L.bf16) continue;
+    const int64_t n = L.rows * L.row_len;
+    float* dst = s.M.wide[l].data();
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < n; c += kChunk) s.kr.from_bf16(L.weight16.data() + c, dst + c, std::min(kChunk, n - c));
+  }
 }
 
 // Layer 0 reads the sparse input: one sample at a time, into row i of the batch matrix; the
@@ -243,7 +259,7 @@ void backward_and_update(const BatchStep& s, int l, const AdamStep& sw, const Ad
       for (int64_t i = 0; i < b; ++i) gb += D[i * out + j];
       if (L.bf16)
         s.kr.adam_bf16(L.weight16.data() + j * in, L.weight16_m.data() + j * in, L.weight16_v.data() + j * in,
-                       grad + jj * in, in, sw);
+                       grad + jj * in, in, sw, bf16_row_key(sw.step, l, j));
       else
         s.kr.adam(W + j * in, Wm + j * in, Wv + j * in, grad + jj * in, in, sw);
       adam_scalar(bias[j], bm[j], bv[j], gb, sb);
@@ -368,20 +384,13 @@ float Network::train_batch_layerwise(const CsrView& x, const CsrView& y, const i
   const AdamStep sb = make_adam_step(spec_.adam, lr, t, false);
   const BatchStep step{layers_, M, records_, kernels(), b, 1.0f / static_cast<float>(b), dropout};
   M.wide.resize(static_cast<size_t>(nl));
-  for (int l = 1; l < nl; ++l) {
-    const Layer& L = layers_[l];
-    if (!L.bf16) continue;
-    const int64_t n = L.rows * L.row_len;
-    M.wide[l].resize(static_cast<size_t>(n));
-    constexpr int64_t kChunk = 1 << 16;
-#pragma omp parallel for num_threads(threads_) schedule(static) if (n > kParallelWork)
-    for (int64_t c = 0; c < n; c += kChunk)
-      step.kr.from_bf16(L.weight16.data() + c, M.wide[l].data() + c, std::min(kChunk, n - c));
-  }
+  for (int l = 1; l < nl; ++l)
+    if (layers_[l].bf16) M.wide[l].resize(static_cast<size_t>(layers_[l].rows * layers_[l].row_len));
   InterruptPoller poller;
   ExceptionCatcher catcher;
 #pragma omp parallel num_threads(threads_) if (b * sample_work_ > kParallelWork)
   {
+    widen_bf16_weights(step);
     forward_first_layer(step, x, y, rows, spec_.seed, t, catcher, poller);
     // After the loop's barrier every thread sees the same flags: the batch goes on (and can no
     // longer fail) or is abandoned with the weights untouched.
