@@ -531,7 +531,10 @@ class Network:
                 if budget and self._agreed(self._train_seconds >= budget):
                     history.stopped_by_budget = True
                     break
+                t_shuffle = time.perf_counter()
                 perm = np.random.default_rng([tr.seed, self.epoch]).permutation(n).astype(np.int64)
+                if getattr(core, "profiling", False):   # the engine's phase profiler is on
+                    core.add_profile_time("shuffle", time.perf_counter() - t_shuffle, float(perm.nbytes))
                 epoch_lr = self._epoch_lr(replay, batches_per_epoch)
                 if not replay and self._phase == "search" and len(self._lr_trace) <= self.epoch:
                     self._lr_trace.append(epoch_lr)

@@ -15,6 +15,7 @@
 
 #include "slide/hash.hpp"
 #include "slide/layer.hpp"
+#include "slide/profile.hpp"
 
 namespace slide {
 
@@ -38,6 +39,8 @@ struct SampleWorkspace {
   std::vector<float> grad_row;                  // optimizer: one row's gradient
   std::vector<uint16_t> input16;                // bf16 output layer: its input rounded to bf16
   std::vector<int32_t> adam_rows;               // optimizer: touched rows of one block
+  // The profiler slot of the thread running this workspace (profile.hpp); null when off.
+  PhaseCounters* prof = nullptr;
 
   size_t bytes() const;
 };
