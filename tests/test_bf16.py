@@ -187,3 +187,141 @@ def test_memory_estimate_counts_bf16_storage():
     rep = net.memory_report()
     est = slide.memory.estimate(cfg, 2_000, 5_000)
     assert rep["weights"] == est["weights"] and rep["optimizer"] == est["adam"]
+
+
+# ------------------------------------------------- bf16 with the engine settings of wide output layers
+#
+# Spread table rebuilds hash the bf16 rows widened exactly, and the shared in-batch negatives
+# block reads the bf16 rows and updates them with the bf16 Adam step (the stochastic rounding
+# keyed by step, layer and row of the per-sample path).
+
+from test_engine import Network as CoreNetwork  # noqa: E402
+from test_engine import make_problem, params_copy, spec
+from test_engine import train as core_train
+
+WIDE = make_problem(n=3000, D=2400, C=300, seed=4)
+
+
+def wide_spec(out="bf16", first="fp32", threads=1, **extra):
+    # as tests/test_profile.py: more than twice as wide as the widest active set, so the
+    # output layer takes the batch's labels as negatives and may score them as a block
+    o = dict(size=300, activation="softmax", sampling="lsh", family="dwta", K=2, L=8, min_active=24,
+             max_active=96, bucket_capacity=32, precision=out)
+    s = spec(D=2400, C=300, hidden=48, threads=threads, out=o, **extra)
+    s["layers"][0]["precision"] = first
+    return s
+
+
+def test_bf16_spread_rebuild_gives_the_at_once_tables():
+    # lr = 0: the bf16 rows do not move, so a rebuild spread over 4 batches ends with exactly
+    # the tables of the at-once rebuild (and of the build from the same rows widened to float32).
+    x, lab, _ = WIDE
+    once, spread = CoreNetwork(wide_spec(rebuild_first=6)), CoreNetwork(wide_spec(rebuild_first=6))
+    once.rebuild_spread, spread.rebuild_spread = 1, 4
+    rows = np.arange(len(x[0]) - 1, dtype=np.int64)
+    pending = []
+    for step in range(1, 11):
+        r = rows[(step - 1) * 64:step * 64]
+        once.train_batch(*x, *lab, r, 0.0)
+        spread.train_batch(*x, *lab, r, 0.0)
+        pending.append(spread.rebuild_pending)
+    assert pending == [False] * 5 + [True] * 3 + [False] * 2
+    assert spread.parameters()["layers.1.weight"].dtype == np.uint16
+    a, b = once.table_state(1), spread.table_state(1)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    # the same tables from a float32 layer holding the widened rows
+    wide = CoreNetwork(wide_spec(out="fp32", rebuild_first=6))
+    wide.parameters()["layers.1.weight"][:] = _bf16.to_float32(spread.parameters()["layers.1.weight"])
+    wide.rebuild_spread = 4
+    seen = []
+    for step in range(1, 11):
+        wide.train_batch(*x, *lab, rows[(step - 1) * 64:step * 64], 0.0)
+        seen.append(wide.rebuild_pending)
+    assert seen == pending
+    c = wide.table_state(1)
+    assert all(np.array_equal(a[k], c[k]) for k in a)
+
+
+def test_bf16_shared_block_step_matches_fp32_to_bf16_precision():
+    # One shared-negatives batch from the same (bf16-representable) weights and tables: the
+    # bf16 layer touches the same rows as float32 and lands within bf16 rounding of its step.
+    x, lab, _ = WIDE
+    a, b = CoreNetwork(wide_spec()), CoreNetwork(wide_spec(out="fp32"))
+    pb = b.parameters()
+    pb["layers.1.weight"][:] = _bf16.to_float32(a.parameters()["layers.1.weight"])
+    b.rebuild_tables()
+    ta, tb = a.table_state(1), b.table_state(1)
+    assert all(np.array_equal(ta[k], tb[k]) for k in ta)
+    for net in (a, b):
+        net.shared_negatives = True
+        assert net.uses_shared_negatives
+    rows = np.arange(64, dtype=np.int64)
+    la, lb = a.train_batch(*x, *lab, rows, 1e-2), b.train_batch(*x, *lab, rows, 1e-2)
+    assert abs(la - lb) < 1e-3 * abs(lb)
+    pa, pb = a.parameters(), b.parameters()
+    touched_a = np.any(_bf16.to_float32(pa["layers.1.weight.adam_m"]) != 0, axis=1)
+    touched_b = np.any(pb["layers.1.weight.adam_m"] != 0, axis=1)
+    assert touched_b.sum() > 0 and np.array_equal(touched_a, touched_b)
+    for name in ("layers.1.weight", "layers.1.weight.adam_m", "layers.1.weight.adam_v"):
+        wa, wb = _bf16.to_float32(pa[name]), pb[name]
+        rel = np.abs(wa - wb) / (np.abs(wb) + 1e-3 * np.abs(wb).max())
+        assert np.quantile(rel, 0.999) < 2 ** -6, (name, np.quantile(rel, 0.999))
+    np.testing.assert_allclose(pa["layers.1.bias"], pb["layers.1.bias"], rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("spread", [1, 3])
+def test_bf16_shared_negatives_learn_like_fp32(spread):
+    x, lab, y = WIDE
+    scores = {}
+    for prec in ("fp32", "bf16"):
+        net = CoreNetwork(wide_spec(out=prec, first=prec, threads=2, rebuild_first=6))
+        net.set_label_frequencies(np.bincount(lab[1], minlength=300).astype(np.float32) / (len(x[0]) - 1))
+        net.shared_negatives = True
+        net.rebuild_spread = spread
+        losses = core_train(net, x, lab, epochs=4)
+        assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:3])
+        top, _ = net.predict_topk(*x, 1)
+        scores[prec] = float((top[:, 0] == y).mean())
+    assert scores["fp32"] > 0.8 and abs(scores["bf16"] - scores["fp32"]) < 0.03, scores
+
+
+def test_bf16_shared_negatives_are_deterministic_for_any_thread_count():
+    x, lab, _ = WIDE
+    runs = []
+    for threads in (1, 2):
+        net = CoreNetwork(wide_spec(first="bf16", threads=threads, rebuild_first=6))
+        net.shared_negatives = True
+        net.rebuild_spread = 3
+        core_train(net, x, lab, epochs=1)
+        runs.append(params_copy(net))
+    assert all(np.array_equal(runs[0][k], runs[1][k]) for k in runs[0])
+
+
+class _Watch(slide.callbacks.Callback):
+    """Spreads rebuilds over `spread` batches and records what the engine did."""
+
+    def __init__(self, spread):
+        self.spread, self.pending, self.shared = spread, 0, None
+
+    def on_train_begin(self, net):
+        net._core.rebuild_spread = self.spread
+        self.shared = net._core.uses_shared_negatives
+
+    def on_batch_end(self, net, step, loss):
+        self.pending += bool(net._core.rebuild_pending)
+
+
+def test_bf16_amazon_shaped_output_learns_within_a_band_of_fp32():
+    # 70,000 labels: over the 65,536 of shared_negatives="auto"; rebuilds spread over 4 batches.
+    train, test = slide.datasets.make_synthetic("small", num_train=4000, num_test=1000, num_labels=70_000,
+                                                num_features=2000, avg_labels=2.0, power_law_exponent=1.0, seed=0)
+    top = np.asarray(train.labels.sum(0)).ravel().argmax()
+    baseline = float(np.asarray(test.labels[:, top].todense()).mean())  # the most frequent label
+    p1 = {}
+    for prec in ("fp32", "bf16"):
+        net = slide.Network(hidden=64, precision=prec, threads=2, epochs=3, seed=0, lr=2e-2)
+        watch = _Watch(4)
+        net.fit(train, callbacks=[watch])
+        assert watch.shared is True and watch.pending > 0
+        p1[prec] = net.evaluate(test, k=1)["P@1"]
+    assert p1["fp32"] > 2 * baseline and abs(p1["bf16"] - p1["fp32"]) <= 0.03, (p1, baseline)

@@ -258,12 +258,13 @@ struct SharedBlock {
   std::vector<float> weights;                        // S's weight rows gathered, |S| x d
   std::vector<float> bias;                           // S's biases
   std::vector<float> H;                              // the batch's output-layer inputs, b x d
+  std::vector<float> H16;                            // bf16 output layer: H rounded to bf16, widened
   std::vector<float> Z;                              // b x |S|: logits, then dL/dz
   std::vector<std::vector<float>> grad;              // per thread: kGradRows x d
 
   size_t bytes() const {
     size_t n = has_labels.capacity() + set.capacity() * 4 + mark.capacity() +
-               (weights.capacity() + bias.capacity() + H.capacity() + Z.capacity()) * sizeof(float);
+               (weights.capacity() + bias.capacity() + H.capacity() + H16.capacity() + Z.capacity()) * sizeof(float);
     for (const auto& g : grad) n += g.capacity() * sizeof(float);
     for (const auto& w : ws) n += w->bytes();
     return n;

@@ -58,6 +58,13 @@ Network::Network(const NetworkSpec& spec, OutputShard shard) : spec_(spec) {
 #pragma omp parallel for num_threads(threads_) schedule(static) if (n > kParallelWork)
       for (int64_t k = 0; k < n; k += kPage) p[k] = 0.0f;
     }
+    for (AlignedBuffer<uint16_t>* a : {&L.weight16_m, &L.weight16_v}) {  // the same for bf16 moments
+      uint16_t* p = a->data();
+      const int64_t n = static_cast<int64_t>(a->size());
+      constexpr int64_t kPage = 2048;  // bf16 values per 4 KiB page
+#pragma omp parallel for num_threads(threads_) schedule(static) if (n > kParallelWork)
+      for (int64_t k = 0; k < n; k += kPage) p[k] = 0;
+    }
   }
   // Rough multiply-adds per sample (forward and backward), to decide when to go parallel.
   sample_work_ = 0;
