@@ -51,7 +51,10 @@ def _run(cfg, train, test, precision, threads, epochs):
     eval_s = time.perf_counter() - t1
     sps = float(rec.get("samples_per_second", samples / wall))
     return {"P@1": p1, "state_bytes": state, "samples_per_second": sps, "fit_seconds": wall,
-            "eval_seconds": eval_s, "bf16_kernels": net._core.bf16_isa, "kernels": net._core.kernel_isa}
+            "eval_seconds": eval_s, "bf16_kernels": net._core.bf16_isa, "kernels": net._core.kernel_isa,
+            # the engine defaults for wide output layers (README: engine settings)
+            "shared_negatives": bool(net._core.uses_shared_negatives),
+            "rebuild_spread": int(net._core.rebuild_spread)}
 
 
 def _compare(name, cfg, train, test, threads, epochs, repeats):

@@ -66,8 +66,9 @@ struct AdamPassStats {
   int64_t entries = 0;
   // Bytes the pass moved: each row's weights and both moments read and written, its bias
   // triple, the entries, and the recorded pass's per-row offsets over the whole layer.
-  double bytes(int64_t row_len, int64_t layer_rows, bool recorded) const noexcept {
-    return static_cast<double>(rows) * (6.0 * 4.0 * static_cast<double>(row_len) + 64.0) +
+  // elem_bytes: 4 for float32 storage, 2 for a bf16 layer.
+  double bytes(int64_t row_len, int64_t layer_rows, bool recorded, double elem_bytes = 4.0) const noexcept {
+    return static_cast<double>(rows) * (6.0 * elem_bytes * static_cast<double>(row_len) + 64.0) +
            static_cast<double>(entries) * 8.0 + (recorded ? 16.0 * static_cast<double>(layer_rows) : 0.0);
   }
 };
