@@ -32,7 +32,7 @@ _SHORTCUTS = {
     "valid_fraction": "data.valid_fraction",
     "k": "eval.k",
 }
-_SPECIAL = ("hidden", "sampling")
+_SPECIAL = ("hidden", "sampling", "precision")
 
 
 def _engine_spec(cfg: Config, num_features: int) -> Dict[str, Any]:
@@ -46,7 +46,7 @@ def _engine_spec(cfg: Config, num_features: int) -> Dict[str, Any]:
             "family": lsh.family, "K": lsh.K, "L": lsh.L, "range_pow": lsh.range_pow,
             "bucket_capacity": lsh.bucket_capacity, "bucket_policy": lsh.bucket_policy, "bin_size": WTA_BIN_SIZE,
             "selection": lsh.selection, "threshold": lsh.threshold,
-            "min_active": lsh.min_active, "max_active": lsh.max_active,
+            "min_active": lsh.min_active, "max_active": lsh.max_active, "precision": layer.precision,
         })
     o, t = cfg.optimizer, cfg.training
     return {
@@ -77,6 +77,8 @@ def _apply_overrides(cfg: Config, overrides: Dict[str, Any]) -> Config:
             d["layers"] = hidden + [d["layers"][-1]]
         elif name == "sampling":
             d["layers"][-1]["sampling"] = value
+        elif name == "precision":
+            pass  # after the other overrides, which may replace the layers (hidden=...)
         else:
             import difflib
 
@@ -85,4 +87,9 @@ def _apply_overrides(cfg: Config, overrides: Dict[str, Any]) -> Config:
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise TypeError(f"Network() got an unexpected keyword argument '{name}'{hint}; "
                             f"accepted shortcuts: {', '.join(options)}, or pass a config")
+    if "precision" in overrides:
+        # The first and the output layer: the layers that may store bf16.
+        for i, layer in enumerate(d["layers"]):
+            if i == 0 or i == len(d["layers"]) - 1:
+                layer["precision"] = overrides["precision"]
     return Config.from_dict(d, source="Network(...)")

@@ -82,6 +82,10 @@ class LayerConfig:
                              "label's row starts as the mean hidden representation of its training points, "
                              "scaled to length 10; labels without points keep glorot)",
                    choices=("glorot", "centroid"))
+    precision: str = _f("fp32", "storage of the weights and their Adam moments: fp32 | bf16 (bfloat16, half the "
+                                "bytes, float32 arithmetic; AVX512_BF16 instructions where the CPU has them, an "
+                                "exact fallback elsewhere). bf16 is allowed on the first and the output layer",
+                        choices=("fp32", "bf16"))
 
 
 def _default_layers() -> List[LayerConfig]:
@@ -268,6 +272,9 @@ class Config:
             if layer.init == "centroid" and (not last or i == 0):
                 err(f"layers.{i}.init", "centroid initialises the output layer after a hidden layer only"
                     if last else "centroid is only allowed on the last (output) layer")
+            if layer.precision == "bf16" and 0 < i < len(self.layers) - 1:
+                err(f"layers.{i}.precision",
+                    "bf16 is supported on the first layer and the output layer, not on middle hidden layers")
             if i == 0 and layer.sampling == "lsh":
                 err(f"layers.{i}.sampling",
                     "lsh needs a dense hidden layer before it (the first layer reads the sparse input)")

@@ -76,8 +76,8 @@ def estimate(config: Config, num_features: int, num_labels: int,
              sampling: Optional[List[str]] = None) -> Dict[str, int]:
     """Bytes needed by a network for this configuration and data shape.
 
-    Returns a dict with ``weights`` (weights and biases, float32), ``adam`` (two moments per
-    weight), ``gradients`` (shared gradient buffers of dense layers wider than 4096), ``hash_tables`` (an upper bound for the LSH layers' tables), ``batch`` (per-sample
+    Returns a dict with ``weights`` (weights and biases: float32, or bfloat16 weights on layers
+    with ``precision: bf16``), ``adam`` (two moments per weight, stored like the weights), ``gradients`` (shared gradient buffers of dense layers wider than 4096), ``hash_tables`` (an upper bound for the LSH layers' tables), ``batch`` (per-sample
     activations, gradients and active-set ids for one batch) and ``total``. ``sampling`` is the resolved
     per-layer choice (``"dense"``/``"lsh"``); by default a layer counts as LSH when configured
     ``lsh``, and ``auto`` counts as LSH (the larger of the two for the hash tables).
@@ -91,8 +91,10 @@ def estimate(config: Config, num_features: int, num_labels: int,
     fan_in = int(num_features)
     for i, (layer, size) in enumerate(zip(config.layers, sizes)):
         n_params = fan_in * size + size
-        weights += n_params * _F32
-        adam += 2 * n_params * _F32
+        # bf16 layers store weights and moments in 2 bytes; biases and their moments stay float32
+        w_bytes = 2 if layer.precision == "bf16" else _F32
+        weights += fan_in * size * w_bytes + size * _F32
+        adam += 2 * (fan_in * size * w_bytes + size * _F32)
         if sampling[i] == "lsh":
             lsh = layer.lsh
             tables += lsh.L * _table_bytes(range_pow(lsh), size)

@@ -36,6 +36,7 @@ from ._arrays import _Arrays, _FitData, _Meter, _Split, _as_csr
 from ._spec import _apply_overrides, _engine_spec
 from .output_init import init_output_centroids
 from .sampling import choose_sampling, resolve_output_activation
+from . import _bf16
 from .scaling import idf_weights, normalize_rows, scale_values
 
 __all__ = ["Network", "History", "FORMAT_VERSION", "choose_sampling"]
@@ -98,6 +99,8 @@ class Network:
     ``hidden``              hidden layer sizes: an int or a list of ints (ReLU, dense); the
                             output layer keeps its settings
     ``sampling``            the output layer's ``sampling`` (auto | dense | lsh)
+    ``precision``           ``precision`` of the first and the output layer (fp32 | bf16:
+                            weights and Adam moments in bfloat16, half the bytes)
     ======================  =========================================
 
     The engine is created at the first :meth:`fit` (the data gives the number of features and
@@ -673,6 +676,13 @@ class Network:
             if views[k].shape != v.shape:
                 raise ValueError(f"parameter {k!r}: shape {v.shape} does not match the network's "
                                  f"{views[k].shape}")
+            v = np.asarray(v)
+            if views[k].dtype == np.uint16 and v.dtype != np.uint16:
+                v = _bf16.from_float32(v)  # float values into a bf16 layer: rounded as the engine rounds
+            elif views[k].dtype != np.uint16 and v.dtype == np.uint16:
+                raise ValueError(f"parameter {k!r}: the values are bfloat16 (uint16 bits) but this network "
+                                 f"stores the layer in float32; build it with precision: bf16 on that layer, "
+                                 f"or pass float values")
             views[k][...] = v
         if rebuild_tables and self.resolved_sampling and "lsh" in self.resolved_sampling:
             self._core.rebuild_tables()

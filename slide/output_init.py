@@ -6,6 +6,8 @@ import time
 
 import numpy as np
 
+from . import _bf16
+
 log = logging.getLogger("slide")
 
 # init: centroid: the length of each label's initial output row. Chosen on an amazon-670k-shaped
@@ -23,8 +25,9 @@ def init_output_centroids(net, arrays) -> float:
     cfg = net.config
     t0 = time.perf_counter()
     nl = len(cfg.layers)
-    params = net._core.parameters()
+    params = {k: (_bf16.to_float32(v) if _bf16.is_bf16(v) else v) for k, v in net._core.parameters().items()}
     W = params[f"layers.{nl - 1}.weight"]          # this rank's rows (labels begin..end)
+    W_store = net._core.parameters()[f"layers.{nl - 1}.weight"]  # bf16 layers: the bits, written at the end
     begin = int(getattr(net._core, "begin", 0))
     end = begin + W.shape[0]
     Y = arrays.labels
@@ -47,6 +50,8 @@ def init_output_centroids(net, arrays) -> float:
             W[rows] += np.asarray(Yt[rows] @ H, dtype=np.float32)
     norms = np.linalg.norm(W[has], axis=1, keepdims=True)
     W[has] *= CENTROID_NORM / np.maximum(norms, 1e-30)
+    if _bf16.is_bf16(W_store):
+        W_store[...] = _bf16.from_float32(W)
     if net.resolved_sampling and "lsh" in net.resolved_sampling:
         net._core.rebuild_tables()
     seconds = time.perf_counter() - t0

@@ -11,6 +11,7 @@
 #include "bindings.hpp"
 #include "slide/common.hpp"
 #include "slide/network.hpp"
+#include "slide/simd.hpp"
 
 namespace py = pybind11;
 
@@ -334,11 +335,18 @@ run from several Python threads at once.)doc")
             py::dict d;
             for (const auto& p : n.parameters()) {
               std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
-              d[py::str(p.name)] = py::array_t<float>(shape, p.data, self);
+              if (p.data_bf16)
+                d[py::str(p.name)] = py::array_t<uint16_t>(shape, p.data_bf16, self);
+              else
+                d[py::str(p.name)] = py::array_t<float>(shape, p.data, self);
             }
             return d;
           },
-          "Writable numpy views (no copy) of every persistent array; each keeps the network alive.")
+          "Writable numpy views (no copy) of every persistent array; each keeps the network alive. "
+          "Arrays of bf16 layers are uint16 (the bfloat16 bits).")
+      .def_property_readonly("bf16_isa", [](const Network&) { return std::string(slide::kernels().bf16_isa); },
+                             "Kernels of bf16 layers: avx512_bf16 (AVX512_BF16 instructions) or generic (exact "
+                             "fallback); SLIDE_ISA=avx512f forces the fallback.")
       .def(
           "memory_report",
           [](const Network& n) {

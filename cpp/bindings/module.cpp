@@ -54,6 +54,7 @@ PYBIND11_MODULE(_core, m) {
     d["avx512f"] = f.avx512f;
     d["avx512bf16"] = f.avx512bf16;
     d["kernels"] = slide::kernel_isa();
+    d["bf16_kernels"] = std::string(slide::kernels().bf16_isa);
     return d;
   }, "CPU features detected at run time and the kernel set in use.");
   m.def("default_threads", [] { return slide::resolve_threads(0); },

@@ -18,7 +18,7 @@ CpuFeatures detect() noexcept {
   f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
 #endif
 #endif
-  // SLIDE_ISA=generic|avx2 caps the kernels (for testing the portable paths).
+  // SLIDE_ISA=generic|avx2|avx512f caps the kernels (for testing the portable paths).
   if (const char* cap = std::getenv("SLIDE_ISA")) f = cap_features(f, cap, false);
   return f;
 }
@@ -32,11 +32,16 @@ CpuFeatures cap_features(CpuFeatures f, const std::string& isa, bool strict) {
     f.avx512bf16 = false;
     return f;
   }
+  if (isa == "avx512f") {
+    if (strict && !f.avx512f) throw InvalidArgument("isa: this CPU has no AVX-512F");
+    f.avx512bf16 = false;
+    return f;
+  }
   if (isa == "avx512") {
     if (strict && !f.avx512f) throw InvalidArgument("isa: this CPU has no AVX-512F");
     return f;
   }
-  if (strict) throw InvalidArgument("isa: must be generic, avx2 or avx512, got '" + isa + "'");
+  if (strict) throw InvalidArgument("isa: must be generic, avx2, avx512f or avx512, got '" + isa + "'");
   return f;
 }
 

@@ -5,6 +5,7 @@
 #include <set>
 #include <vector>
 
+#include "slide/bf16.hpp"
 #include "slide/common.hpp"
 #include "slide/hash.hpp"
 #include "slide/random.hpp"
@@ -153,4 +154,45 @@ TEST_CASE("a rebuild spread over several steps gives the tables of a build at on
   idle.begin_rebuild(*h, n, dim, 4, 1);
   idle.cancel_rebuild();
   CHECK_FALSE(idle.rebuild_pending());
+}
+
+TEST_CASE("a spread rebuild of bf16 rows gives the tables of a bf16 build at once and of the widened rows") {
+  const int dim = 32;
+  const int64_t n = 3000;
+  for (HashFamily f : {HashFamily::DWTA, HashFamily::SimHash}) {
+    const LshParams p = f == HashFamily::DWTA ? params(f, 3, 6, 9) : params(f, 9, 6);
+    auto h = HashFunction::create(p, dim, 21);
+    const std::vector<float> w = random_rows(n, dim, 8, f == HashFamily::DWTA ? 0.4f : 1.0f);
+    std::vector<uint16_t> w16(w.size());
+    std::vector<float> wide(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      w16[i] = float_to_bf16(w[i]);
+      wide[i] = bf16_to_float(w16[i]);
+    }
+    LshTables once(p, n), widened(p, n);
+    once.build(*h, w16.data(), n, dim, 2, 99);
+    widened.build(*h, wide.data(), n, dim, 1, 99);
+    const LshTablesState want = once.export_state(), want_wide = widened.export_state();
+    CHECK(want.items == want_wide.items);
+    CHECK(want.bucket_ids == want_wide.bucket_ids);
+    CHECK(want.bucket_offsets == want_wide.bucket_offsets);
+    for (int steps : {1, 3, 7}) {
+      LshTables spread(p, n);
+      spread.build(*h, w16.data(), n / 2, dim, 1, 7);
+      spread.begin_rebuild(*h, n, dim, steps, 99);
+      int calls = 1;
+      while (!spread.rebuild_step(*h, w16.data(), 2)) ++calls;
+      INFO("steps " << steps);
+      CHECK(calls == steps);
+      const LshTablesState got = spread.export_state();
+      CHECK(got.num_rows == want.num_rows);
+      CHECK(got.table_offsets == want.table_offsets);
+      CHECK(got.bucket_ids == want.bucket_ids);
+      CHECK(got.bucket_offsets == want.bucket_offsets);
+      CHECK(got.items == want.items);
+    }
+    LshTables idle(p, n);
+    idle.begin_rebuild(*h, n, dim, 2, 1);
+    CHECK_THROWS_AS(idle.rebuild_step(*h, static_cast<const uint16_t*>(nullptr), 1), InvalidArgument);
+  }
 }

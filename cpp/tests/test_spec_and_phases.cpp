@@ -31,7 +31,7 @@ SpecDict layer(int64_t size, const char* activation, const char* sampling) {
           {"family", S("dwta")},    {"K", I(3)},                   {"L", I(4)},
           {"range_pow", I(0)},      {"bucket_capacity", I(16)},    {"bucket_policy", S("fifo")},
           {"bin_size", I(8)},       {"selection", S("vanilla")},   {"threshold", I(2)},
-          {"min_active", I(10)},    {"max_active", I(40)}};
+          {"min_active", I(10)},    {"max_active", I(40)},         {"precision", S("fp32")}};
 }
 
 std::string error_of(const SpecDict& t, const std::vector<SpecDict>& layers) {
@@ -62,8 +62,22 @@ TEST_CASE("the spec takes every value from its input and requires every key") {
   for (const auto& kv : layer(1, "relu", "dense")) {
     std::vector<SpecDict> l = layers;
     l[1].erase(kv.first);
+    if (kv.first == "precision") {  // optional: fp32 when absent
+      CHECK(parse_network_spec(top(), true, l).layers[1].precision == Precision::FP32);
+      continue;
+    }
     CHECK(error_of(top(), l).rfind(layer_key_path(1, kv.first) + ": missing required key", 0) == 0);
   }
+  // bf16 storage: the first and the output layer only
+  std::vector<SpecDict> three = {layer(16, "relu", "dense"), layer(16, "relu", "dense"), layer(200, "softmax", "lsh")};
+  three[0]["precision"] = S("bf16");
+  three[2]["precision"] = S("bf16");
+  CHECK(parse_network_spec(top(), true, three).layers[2].precision == Precision::BF16);
+  CHECK(spec_to_dict(parse_network_spec(top(), true, three)).second[0].at("precision").s == "bf16");
+  three[1]["precision"] = S("bf16");
+  CHECK(error_of(top(), three).rfind("layers.1.precision: bf16 is supported on the first layer", 0) == 0);
+  three[1]["precision"] = S("fp16");
+  CHECK(error_of(top(), three).rfind("layers.1.precision:", 0) == 0);
   CHECK(layer_key_path(1, "K") == "layers.1.lsh.K");
   CHECK(layer_key_path(0, "size") == "layers.0.size");
   CHECK(spec_key_path("lr") == "optimizer.lr");

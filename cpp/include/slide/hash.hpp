@@ -105,6 +105,10 @@ class LshTables {
   // h made from the same LshParams (InvalidArgument otherwise).
   void build(const HashFunction& h, const float* rows, int64_t num_rows, int64_t stride,
              int num_threads, uint64_t seed);
+  // The same from rows stored as bfloat16 bits (bf16.hpp), each widened exactly to float32
+  // before it is hashed: the tables are those build() makes from the widened matrix.
+  void build(const HashFunction& h, const uint16_t* rows_bf16, int64_t num_rows, int64_t stride,
+             int num_threads, uint64_t seed);
   // The same rebuild spread over `steps` calls of rebuild_step (steps >= 1), so that no single
   // call stalls its caller for the whole build. The current tables keep answering bucket()
   // until the call that completes the rebuild swaps the new ones in. The first share of the
@@ -117,6 +121,9 @@ class LshTables {
   // returns true when this call completed it (the new tables are in place). InvalidArgument
   // when no rebuild is in progress.
   bool rebuild_step(const HashFunction& h, const float* rows, int num_threads);
+  // The same from rows stored as bfloat16 bits, widened exactly as build(h, rows_bf16, ...) does:
+  // with unchanged rows the result is exactly that build's, whatever `steps`.
+  bool rebuild_step(const HashFunction& h, const uint16_t* rows_bf16, int num_threads);
   bool rebuild_pending() const noexcept;
   // Calls left until the rebuild in progress completes (0 when none).
   int rebuild_steps_left() const noexcept;
@@ -141,6 +148,9 @@ class LshTables {
   void import_state(const LshTablesState& s);
 
  private:
+  bool rebuild_step_from(const HashFunction& h, const float* rows, const uint16_t* rows_bf16, int num_threads);
+  void build_from(const HashFunction& h, const float* rows, const uint16_t* rows_bf16, int64_t num_rows,
+                  int64_t stride, int num_threads, uint64_t seed);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -21,6 +21,9 @@ namespace slide {
 // cross-entropy (target mass 1/|y|) or per-label binary cross-entropy (one sigmoid per label).
 enum class Activation { ReLU, Linear, Softmax, Sigmoid };
 enum class Sampling { Dense, Lsh };
+// Storage of a layer's weights and their Adam moments (biases stay float32): bf16 halves
+// their bytes; arithmetic stays float32 (see bf16.hpp and the bf16 kernels in simd.hpp).
+enum class Precision { FP32, BF16 };
 
 // One layer of a NetworkSpec (network_spec.hpp); no defaults of its own.
 struct LayerSpec {
@@ -29,6 +32,7 @@ struct LayerSpec {
   Sampling sampling{};
   LshParams lsh;             // used when sampling == Lsh
   SelectionParams selection; // used when sampling == Lsh
+  Precision precision{};
 };
 
 struct Layer {
@@ -40,8 +44,12 @@ struct Layer {
   int64_t rows = 0;      // rows of the weight matrix (in_dim for layer 0, out_dim otherwise)
   int64_t row_len = 0;   // floats per row
 
-  // Persistent state (exposed to Python through Network::parameters()).
+  // Persistent state (exposed to Python through Network::parameters()). A bf16 layer keeps
+  // its weights and moments in weight16, weight16_m, weight16_v (bf16 bits) and leaves
+  // weight, weight_m, weight_v empty.
+  bool bf16 = false;
   AlignedBuffer<float> weight, weight_m, weight_v;
+  AlignedBuffer<uint16_t> weight16, weight16_m, weight16_v;
   AlignedBuffer<float> bias, bias_m, bias_v;
   // How the batch gradient reaches the optimizer:
   //  - per-sample records (`records`: hash-sampled layers, dense layers up to 4096 wide): each
@@ -66,6 +74,7 @@ struct Layer {
   std::unique_ptr<LshTables> tables;
 
   bool lsh() const noexcept { return spec.sampling == Sampling::Lsh; }
+  const uint16_t* row16(int64_t r) const noexcept { return weight16.data() + r * row_len; }
 };
 
 // Sets up layer `index` of a network for `spec` reading `in_dim` inputs: shapes, every

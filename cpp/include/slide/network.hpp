@@ -116,8 +116,9 @@ struct MemoryReport {
 
 struct ParameterArray {
   std::string name;  // "layers.0.weight", "layers.0.weight.adam_m", ...
-  float* data;
+  float* data;       // float32 arrays; null for bf16 ones
   std::vector<int64_t> shape;
+  uint16_t* data_bf16 = nullptr;  // bf16 arrays (precision: bf16 weights and moments): the bits
 };
 
 class Network {

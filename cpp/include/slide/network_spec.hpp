@@ -10,7 +10,8 @@
 //   top level: input_dim, layers (a list of layer dicts), lr, beta1, beta2, eps, weight_decay,
 //              dropout, threads, seed, rebuild_first, rebuild_decay, hugepages, recompute
 //   per layer: size, activation, sampling, family, K, L, range_pow, bucket_capacity,
-//              bucket_policy, bin_size, selection, threshold, min_active, max_active
+//              bucket_policy, bin_size, selection, threshold, min_active, max_active, precision
+//              (precision alone is optional: absent means fp32, as in specs older than bf16 storage)
 #pragma once
 
 #include <cstdint>
@@ -63,7 +64,7 @@ SpecValue bool_value(bool b);
 SpecValue string_value(const std::string& s);
 
 // Builds and validates a NetworkSpec from `top` and the layer dicts. Every key listed above
-// is required; unknown keys, wrong types (an integer field takes Int only; a number field
+// is required (except a layer's precision); unknown keys, wrong types (an integer field takes Int only; a number field
 // Int or Float; bool fields Bool only) and unknown choices throw InvalidArgument naming
 // the key. has_layers = false reports a missing "layers".
 NetworkSpec parse_network_spec(const SpecDict& top, bool has_layers, const std::vector<SpecDict>& layers);

@@ -39,6 +39,7 @@ struct AdamStep {
   float lr_t;   // lr * sqrt(1 - beta2^t) / (1 - beta1^t)
   float eps;    // eps * sqrt(1 - beta2^t): keeps eps in the units of the uncorrected v
   float decay;  // lr * weight_decay (0 for biases)
+  int64_t step = 0;  // t: keys the stochastic rounding of bf16 layers (bf16.hpp)
 };
 
 // The per-step constants for global step t >= 1 and learning rate lr (decay only when
@@ -65,8 +66,9 @@ struct AdamPassStats {
   int64_t entries = 0;
   // Bytes the pass moved: each row's weights and both moments read and written, its bias
   // triple, the entries, and the recorded pass's per-row offsets over the whole layer.
-  double bytes(int64_t row_len, int64_t layer_rows, bool recorded) const noexcept {
-    return static_cast<double>(rows) * (6.0 * 4.0 * static_cast<double>(row_len) + 64.0) +
+  // elem_bytes: 4 for float32 storage, 2 for a bf16 layer.
+  double bytes(int64_t row_len, int64_t layer_rows, bool recorded, double elem_bytes = 4.0) const noexcept {
+    return static_cast<double>(rows) * (6.0 * elem_bytes * static_cast<double>(row_len) + 64.0) +
            static_cast<double>(entries) * 8.0 + (recorded ? 16.0 * static_cast<double>(layer_rows) : 0.0);
   }
 };

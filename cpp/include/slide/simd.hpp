@@ -2,7 +2,14 @@
 //
 // The distributable build targets plain x86-64; each kernel also exists compiled with
 // __attribute__((target("avx2,fma"))) and target("avx512f"), and kernels() returns the
-// widest set this CPU supports (SLIDE_ISA=generic|avx2 caps it, see cpu.hpp).
+// widest set this CPU supports (SLIDE_ISA=generic|avx2|avx512f caps it, see cpu.hpp).
+// The bfloat16 kernels (layers with precision: bf16, see bf16.hpp) use the AVX512_BF16
+// instructions where the CPU has them, and elsewhere an exact fallback (AVX2+FMA, or scalar
+// on the generic set) that widens bf16 to float32 by a shift and emulates the rounding of
+// VCVTNEPS2BF16 bit for bit. All round stores to nearest even and accumulate in float32, so
+// they agree up to the order of the float32 additions: to_bf16 and from_bf16 bit for bit,
+// adam_bf16 bit for bit between AVX2 and AVX512_BF16 (same operations) and to one unit in
+// the last place against the scalar loop (no fused multiply-adds there).
 // All kernels accept unaligned pointers and any length n >= 0.
 #pragma once
 
@@ -39,6 +46,21 @@ struct Kernels {
   void (*matmul_bt)(const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t m,
                     int64_t n, int64_t k);
   const char* isa;  // "generic", "avx2" or "avx512"
+
+  // ---- bfloat16 storage (uint16_t holds the bits, see bf16.hpp); float32 arithmetic.
+  // sum_i w[i] x[i], both bf16: each product is exact in float32, the sum is accumulated in
+  // float32 (with AVX512_BF16: VDPBF16PS, two products per lane and step).
+  float (*dot_bf16)(const uint16_t* w, const uint16_t* x, int64_t n);
+  // y[i] += alpha float(x[i])
+  void (*axpy_bf16)(float alpha, const uint16_t* x, float* y, int64_t n);
+  // Fused Adam over one bf16 row: the float32 step of Kernels::adam on the widened values; m
+  // is stored rounded to nearest even, w and v with stochastic rounding from the counter
+  // noise of `key` (bf16.hpp: bf16_row_key, float_to_bf16_stochastic); reads and zeroes g.
+  void (*adam_bf16)(uint16_t* w, uint16_t* m, uint16_t* v, float* g, int64_t n, const AdamStep& s, uint32_t key);
+  // out[i] = bf16(x[i]) (round to nearest even), out[i] = float(x[i]) (exact).
+  void (*to_bf16)(const float* x, uint16_t* out, int64_t n);
+  void (*from_bf16)(const uint16_t* x, float* out, int64_t n);
+  const char* bf16_isa;  // "avx512_bf16" (the BF16 instructions), "avx2" or "generic" (exact fallbacks)
 };
 
 // Hints the cache to load a row of n floats that the loop will read soon.

@@ -37,6 +37,7 @@ struct SampleWorkspace {
   std::vector<std::vector<int32_t>> touched;    // rows this thread marked in this batch (lock-free layers)
   std::vector<std::pair<float, int32_t>> heap;  // predict: top-k candidates
   std::vector<float> grad_row;                  // optimizer: one row's gradient
+  std::vector<uint16_t> input16;                // bf16 output layer: its input rounded to bf16
   std::vector<int32_t> adam_rows;               // optimizer: touched rows of one block
   // The profiler slot of the thread running this workspace (profile.hpp); null when off.
   PhaseCounters* prof = nullptr;

@@ -124,6 +124,9 @@ struct BatchMatrices {
   std::vector<float> loss;                // per sample
   std::vector<Rng> rng;                   // per sample: its training stream (dropout)
   std::vector<std::vector<float>> grad;   // per thread: gradients of a block of weight rows
+  // Per layer l >= 1 with bf16 storage: its weights widened to float32 at the start of each
+  // batch, for the matrix products (empty for float32 layers and layer 0).
+  std::vector<std::vector<float>> wide;
   int64_t width = 0;                      // neurons over all layers
   int64_t floats_per_sample = 0;          // activation floats a batch keeps per sample (batched_for)
 
@@ -156,6 +159,7 @@ struct BatchMatrices {
   size_t bytes() const {
     size_t b = activation_bytes();
     for (auto& v : grad) b += v.capacity() * sizeof(float);
+    for (auto& v : wide) b += v.capacity() * sizeof(float);
     return b;
   }
 };
@@ -254,12 +258,13 @@ struct SharedBlock {
   std::vector<float> weights;                        // S's weight rows gathered, |S| x d
   std::vector<float> bias;                           // S's biases
   std::vector<float> H;                              // the batch's output-layer inputs, b x d
+  std::vector<float> H16;                            // bf16 output layer: H rounded to bf16, widened
   std::vector<float> Z;                              // b x |S|: logits, then dL/dz
   std::vector<std::vector<float>> grad;              // per thread: kGradRows x d
 
   size_t bytes() const {
     size_t n = has_labels.capacity() + set.capacity() * 4 + mark.capacity() +
-               (weights.capacity() + bias.capacity() + H.capacity() + Z.capacity()) * sizeof(float);
+               (weights.capacity() + bias.capacity() + H.capacity() + H16.capacity() + Z.capacity()) * sizeof(float);
     for (const auto& g : grad) n += g.capacity() * sizeof(float);
     for (const auto& w : ws) n += w->bytes();
     return n;

@@ -15,12 +15,17 @@ LayerInput forward_hidden(const std::vector<Layer>& layers, SampleWorkspace& ws,
     const Layer& L = layers[l];
     std::vector<float>& z = ws.out[l];
     if (ws.prof)
-      timer.add_bytes(L.sparse_input ? static_cast<double>(x.nnz) * static_cast<double>(L.row_len) * 4.0
-                                     : static_cast<double>(L.out_dim) * static_cast<double>(L.row_len) * 4.0);
+      timer.add_bytes((L.sparse_input ? static_cast<double>(x.nnz) : static_cast<double>(L.out_dim)) *
+                      static_cast<double>(L.row_len) * (L.bf16 ? 2.0 : 4.0));
     if (L.sparse_input) {
       z.assign(L.bias.data(), L.bias.data() + L.out_dim);
-      for (int64_t k = 0; k < x.nnz; ++k)
-        kr.axpy(x.values[k], L.weight.data() + static_cast<int64_t>(x.indices[k]) * L.row_len, z.data(), L.out_dim);
+      for (int64_t k = 0; k < x.nnz; ++k) {
+        const int64_t row = static_cast<int64_t>(x.indices[k]);
+        if (L.bf16)
+          kr.axpy_bf16(x.values[k], L.row16(row), z.data(), L.out_dim);
+        else
+          kr.axpy(x.values[k], L.weight.data() + row * L.row_len, z.data(), L.out_dim);
+      }
     } else {
       const float* h = ws.out[l - 1].data();
       const float* W = L.weight.data();

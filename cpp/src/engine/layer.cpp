@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine_internal.hpp"
+#include "slide/bf16.hpp"
 #include "slide/random.hpp"
 #include "slide/training_paths.hpp"
 
@@ -22,9 +23,16 @@ void allocate_layer(Layer& L, const LayerSpec& spec, int index, int64_t in_dim, 
   L.rows = L.sparse_input ? L.in_dim : L.out_dim;
   L.row_len = L.sparse_input ? L.out_dim : L.in_dim;
   const size_t w = static_cast<size_t>(L.rows) * static_cast<size_t>(L.row_len);
-  L.weight = AlignedBuffer<float>(w, hp);
-  L.weight_m = AlignedBuffer<float>(w, hp);
-  L.weight_v = AlignedBuffer<float>(w, hp);
+  L.bf16 = L.spec.precision == Precision::BF16;
+  if (L.bf16) {
+    L.weight16 = AlignedBuffer<uint16_t>(w, hp);
+    L.weight16_m = AlignedBuffer<uint16_t>(w, hp);
+    L.weight16_v = AlignedBuffer<uint16_t>(w, hp);
+  } else {
+    L.weight = AlignedBuffer<float>(w, hp);
+    L.weight_m = AlignedBuffer<float>(w, hp);
+    L.weight_v = AlignedBuffer<float>(w, hp);
+  }
   L.bias = AlignedBuffer<float>(L.out_dim, hp);
   L.bias_m = AlignedBuffer<float>(L.out_dim, hp);
   L.bias_v = AlignedBuffer<float>(L.out_dim, hp);
@@ -68,12 +76,22 @@ void init_weights(Layer& L, uint64_t seed, int num_threads, int64_t shard_begin,
   const int64_t len = L.row_len;
   if (full_out == L.out_dim) {
     const int64_t blocks = (L.rows + kInitBlock - 1) / kInitBlock;
-#pragma omp parallel for num_threads(num_threads) schedule(static) if (L.rows * len > kParallelWork)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      Rng rng(stream_seed(seed, static_cast<uint64_t>(blk)));
-      const int64_t begin = blk * kInitBlock * len;
-      const int64_t end = std::min(L.rows, (blk + 1) * kInitBlock) * len;
-      normal_block(rng, std_dev, W + begin, end - begin);
+#pragma omp parallel num_threads(num_threads) if (L.rows * len > kParallelWork)
+    {
+      // bf16 layers draw the same float32 values and store them rounded.
+      std::vector<float> block(L.bf16 ? static_cast<size_t>(kInitBlock * len) : 0);
+#pragma omp for schedule(static)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        Rng rng(stream_seed(seed, static_cast<uint64_t>(blk)));
+        const int64_t begin = blk * kInitBlock * len;
+        const int64_t end = std::min(L.rows, (blk + 1) * kInitBlock) * len;
+        if (L.bf16) {
+          normal_block(rng, std_dev, block.data(), end - begin);
+          for (int64_t i = begin; i < end; ++i) L.weight16[i] = float_to_bf16(block[i - begin]);
+        } else {
+          normal_block(rng, std_dev, W + begin, end - begin);
+        }
+      }
     }
     return;
   }
@@ -94,9 +112,14 @@ void init_weights(Layer& L, uint64_t seed, int num_threads, int64_t shard_begin,
       Rng rng(stream_seed(seed, static_cast<uint64_t>(blk)));
       const int64_t b_begin = blk * kInitBlock, b_end = std::min(full_rows, (blk + 1) * kInitBlock);
       normal_block(rng, std_dev, block.data(), (b_end - b_begin) * full_len);
-      for (int64_t r = std::max(b_begin, row0); r < std::min(b_end, row1); ++r)
-        std::copy(block.data() + (r - b_begin) * full_len + col0, block.data() + (r - b_begin) * full_len + col0 + len,
-                  W + (r - row0) * len);
+      for (int64_t r = std::max(b_begin, row0); r < std::min(b_end, row1); ++r) {
+        const float* src = block.data() + (r - b_begin) * full_len + col0;
+        if (L.bf16) {
+          for (int64_t i = 0; i < len; ++i) L.weight16[(r - row0) * len + i] = float_to_bf16(src[i]);
+        } else {
+          std::copy(src, src + len, W + (r - row0) * len);
+        }
+      }
     }
   }
 }

@@ -58,6 +58,13 @@ Network::Network(const NetworkSpec& spec, OutputShard shard) : spec_(spec) {
 #pragma omp parallel for num_threads(threads_) schedule(static) if (n > kParallelWork)
       for (int64_t k = 0; k < n; k += kPage) p[k] = 0.0f;
     }
+    for (AlignedBuffer<uint16_t>* a : {&L.weight16_m, &L.weight16_v}) {  // the same for bf16 moments
+      uint16_t* p = a->data();
+      const int64_t n = static_cast<int64_t>(a->size());
+      constexpr int64_t kPage = 2048;  // bf16 values per 4 KiB page
+#pragma omp parallel for num_threads(threads_) schedule(static) if (n > kParallelWork)
+      for (int64_t k = 0; k < n; k += kPage) p[k] = 0;
+    }
   }
   // Rough multiply-adds per sample (forward and backward), to decide when to go parallel.
   sample_work_ = 0;
@@ -150,8 +157,12 @@ void Network::rebuild_tables_locked() {
   // At once, for every layer (a spread rebuild in progress is dropped: build() replaces it).
   for (Layer& L : layers_) {
     if (!L.lsh()) continue;
-    L.tables->build(*L.hash, L.weight.data(), L.rows, L.row_len, threads_,
-                    stream_seed(spec_.seed, kTableSalt, static_cast<uint64_t>(L.index), static_cast<uint64_t>(step_)));
+    const uint64_t seed =
+        stream_seed(spec_.seed, kTableSalt, static_cast<uint64_t>(L.index), static_cast<uint64_t>(step_));
+    if (L.bf16)
+      L.tables->build(*L.hash, L.weight16.data(), L.rows, L.row_len, threads_, seed);
+    else
+      L.tables->build(*L.hash, L.weight.data(), L.rows, L.row_len, threads_, seed);
   }
   predict_cache_->invalidate();
 }
@@ -161,7 +172,16 @@ namespace {
 // sorted (two radix passes over key and item) and stored.
 double rebuild_bytes(const Layer& L) {
   const double rows = static_cast<double>(L.rows);
-  return rows * static_cast<double>(L.row_len) * 4.0 + rows * static_cast<double>(L.spec.lsh.L) * 4.0 * 10.0;
+  return rows * static_cast<double>(L.row_len) * (L.bf16 ? 2.0 : 4.0) +
+         rows * static_cast<double>(L.spec.lsh.L) * 4.0 * 10.0;
+}
+
+// One share of L's rebuild in progress from its weights as stored: a bf16 layer's rows are
+// widened exactly before hashing (LshTables::rebuild_step's bf16 overload), so a spread
+// rebuild of unchanged bf16 rows equals the at-once build of initial_build.
+bool rebuild_step_of(Layer& L, int threads) {
+  return L.bf16 ? L.tables->rebuild_step(*L.hash, L.weight16.data(), threads)
+                : L.tables->rebuild_step(*L.hash, L.weight.data(), threads);
 }
 }  // namespace
 
@@ -178,13 +198,13 @@ void Network::start_scheduled_rebuild() {
   for (Layer& L : layers_) {
     if (!L.lsh()) continue;
     // A spread rebuild still running (only when the schedule was changed under it) finishes first.
-    while (L.tables->rebuild_pending() && !L.tables->rebuild_step(*L.hash, L.weight.data(), threads_)) {
+    while (L.tables->rebuild_pending() && !rebuild_step_of(L, threads_)) {
     }
     const int64_t n = spread_for(L);
     if (prof) prof->bytes[static_cast<int>(Phase::Rebuild)] += rebuild_bytes(L) / static_cast<double>(n);
     L.tables->begin_rebuild(*L.hash, L.rows, L.row_len, static_cast<int>(n),
                             stream_seed(spec_.seed, kTableSalt, static_cast<uint64_t>(L.index), static_cast<uint64_t>(step_)));
-    L.tables->rebuild_step(*L.hash, L.weight.data(), threads_);
+    rebuild_step_of(L, threads_);
   }
   predict_cache_->invalidate();
 }
@@ -194,7 +214,7 @@ void Network::advance_rebuilds() {
   for (Layer& L : layers_) {
     if (!L.lsh() || !L.tables->rebuild_pending()) continue;
     if (prof) prof->bytes[static_cast<int>(Phase::Rebuild)] += rebuild_bytes(L) / static_cast<double>(spread_for(L));
-    if (L.tables->rebuild_step(*L.hash, L.weight.data(), threads_)) predict_cache_->invalidate();
+    if (rebuild_step_of(L, threads_)) predict_cache_->invalidate();
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "engine_internal.hpp"
+#include "slide/bf16.hpp"
 #include "slide/common.hpp"
 #include "slide/layer.hpp"
 #include "slide/simd.hpp"
@@ -26,6 +27,7 @@ AdamStep make_adam_step(const AdamParams& p, float lr, int64_t t, bool with_deca
   s.lr_t = static_cast<float>(lr * std::sqrt(c2) / c1);
   s.eps = static_cast<float>(p.eps * std::sqrt(c2));
   s.decay = with_decay ? lr * p.weight_decay : 0.0f;
+  s.step = t;
   return s;
 }
 
@@ -38,12 +40,39 @@ namespace {
 // The arrays one fused pass writes: a layer's weights, biases and their moments.
 struct AdamArrays {
   float *w, *m, *v, *bias, *bm, *bv;
+  uint16_t *w16, *m16, *v16;  // bf16 layers (w, m, v are null then)
   int64_t rows, len;
   bool row_bias;  // bias r travels with weight row r (every layer but the first)
+  bool bf16;
+  int layer;
 
   explicit AdamArrays(Layer& L)
       : w(L.weight.data()), m(L.weight_m.data()), v(L.weight_v.data()), bias(L.bias.data()),
-        bm(L.bias_m.data()), bv(L.bias_v.data()), rows(L.rows), len(L.row_len), row_bias(!L.sparse_input) {}
+        bm(L.bias_m.data()), bv(L.bias_v.data()), w16(L.weight16.data()), m16(L.weight16_m.data()),
+        v16(L.weight16_v.data()), rows(L.rows), len(L.row_len), row_bias(!L.sparse_input), bf16(L.bf16),
+        layer(L.index) {}
+
+  // The fused step on row r from its gradient g (zeroed).
+  void step_row(const Kernels& kr, int64_t r, float* g, const AdamStep& s) const {
+    const int64_t off = r * len;
+    if (bf16)
+      kr.adam_bf16(w16 + off, m16 + off, v16 + off, g, len, s, bf16_row_key(s.step, layer, r));
+    else
+      kr.adam(w + off, m + off, v + off, g, len, s);
+  }
+  void prefetch(int64_t r) const {
+    const int64_t off = r * len;
+    if (bf16) {
+      // prefetch_row counts floats: a bf16 row is len / 2 of them.
+      prefetch_row(reinterpret_cast<const float*>(w16 + off), len / 2);
+      prefetch_row(reinterpret_cast<const float*>(m16 + off), len / 2);
+      prefetch_row(reinterpret_cast<const float*>(v16 + off), len / 2);
+    } else {
+      prefetch_row(w + off, len);
+      prefetch_row(m + off, len);
+      prefetch_row(v + off, len);
+    }
+  }
 };
 
 // Rows per block of the touched-row scan: each thread takes whole blocks, lists the block's
@@ -59,7 +88,7 @@ constexpr size_t kAdamPrefetch = 4;
 template <class Touched, class Update>
 void for_each_touched_row(const AdamArrays& a, const std::vector<std::unique_ptr<SampleWorkspace>>& scratch,
                           int num_threads, bool parallel, Touched touched, Update update) {
-  const int64_t n = a.rows, len = a.len;
+  const int64_t n = a.rows;
   const int64_t blocks = (n + kRowBlock - 1) / kRowBlock;
 #pragma omp parallel num_threads(num_threads) if (parallel)
   {
@@ -73,12 +102,7 @@ void for_each_touched_row(const AdamArrays& a, const std::vector<std::unique_ptr
         if (touched(r)) todo.push_back(static_cast<int32_t>(r));
       const size_t nt = todo.size();
       for (size_t q = 0; q < nt; ++q) {
-        if (q + kAdamPrefetch < nt) {
-          const int64_t off = static_cast<int64_t>(todo[q + kAdamPrefetch]) * len;
-          prefetch_row(a.w + off, len);
-          prefetch_row(a.m + off, len);
-          prefetch_row(a.v + off, len);
-        }
+        if (q + kAdamPrefetch < nt) a.prefetch(static_cast<int64_t>(todo[q + kAdamPrefetch]));
         update(static_cast<int64_t>(todo[q]), ws);
       }
     }
@@ -139,7 +163,7 @@ AdamPassStats adam_step_recorded(Layer& L, const std::vector<std::unique_ptr<Sam
           kr.axpy(ec[e], vecs[es[e]], g, len);
           gb += ec[e];
         }
-        kr.adam(a.w + r * len, a.m + r * len, a.v + r * len, g, len, sw);
+        a.step_row(kr, r, g, sw);
         if (a.row_bias) adam_scalar(a.bias[r], a.bm[r], a.bv[r], gb, sb);
       });
   std::memset(end, 0, sizeof(int32_t) * static_cast<size_t>(a.rows));
@@ -164,7 +188,7 @@ AdamPassStats adam_step_buffered(Layer& L, const AdamStep& sw, const AdamStep& s
   const int64_t len = a.len;
   AdamPassStats stats;
   auto update = [&](int64_t r) {
-    kr.adam(a.w + r * len, a.m + r * len, a.v + r * len, G + r * len, len, sw);
+    a.step_row(kr, r, G + r * len, sw);
     if (a.row_bias) adam_scalar(a.bias[r], a.bm[r], a.bv[r], bg[r], sb);
   };
   if (L.all_rows) {

@@ -49,37 +49,59 @@ void output_logits(const Layer& out, SampleWorkspace& ws, const Kernels& kr, con
   std::vector<float>& z = ws.out[l];
   const float* W = out.weight.data();
   const float* b = out.bias.data();
+  const int64_t len = out.row_len;
   PhaseTimer timer(ws.prof, Phase::Forward);
   if (ws.prof) {
     const double rows = out.sparse_input ? static_cast<double>(in.sparse.nnz)
                         : sampled(out, use_lsh) ? static_cast<double>(ws.active[l].size())
                                                 : static_cast<double>(range.size());
-    const double len = out.sparse_input ? static_cast<double>(range.size()) : static_cast<double>(out.row_len);
-    timer.add_bytes(rows * (len * 4.0 + 64.0));  // each row and its bias line
+    const double row_elems = out.sparse_input ? static_cast<double>(range.size()) : static_cast<double>(out.row_len);
+    const double elem_bytes = out.bf16 ? 2.0 : 4.0;
+    timer.add_bytes(rows * (row_elems * elem_bytes + 64.0));  // each row and its bias line
   }
   if (out.sparse_input) {
     // The network's only layer: rows are features, columns the neurons of the range.
     const SparseRow& x = in.sparse;
     z.assign(b + range.begin, b + range.end);
-    for (int64_t k = 0; k < x.nnz; ++k)
-      kr.axpy(x.values[k], W + static_cast<int64_t>(x.indices[k]) * out.row_len + range.begin, z.data(),
-              range.size());
-  } else if (sampled(out, use_lsh)) {
+    for (int64_t k = 0; k < x.nnz; ++k) {
+      const int64_t row = static_cast<int64_t>(x.indices[k]);
+      if (out.bf16)
+        kr.axpy_bf16(x.values[k], out.row16(row) + range.begin, z.data(), range.size());
+      else
+        kr.axpy(x.values[k], W + row * len + range.begin, z.data(), range.size());
+    }
+    return;
+  }
+  // bf16 storage: the input is rounded to bf16 once, and each logit is a bf16 dot product
+  // accumulated in float32 (VDPBF16PS where the CPU has it).
+  const uint16_t* h16 = nullptr;
+  if (out.bf16) {
+    ws.input16.resize(static_cast<size_t>(len));
+    kr.to_bf16(in.dense, ws.input16.data(), len);
+    h16 = ws.input16.data();
+  }
+  auto logit = [&](int64_t n) {
+    return (out.bf16 ? kr.dot_bf16(out.row16(n), h16, len) : kr.dot(W + n * len, in.dense, len)) + b[n];
+  };
+  if (sampled(out, use_lsh)) {
     // Active rows are scattered over a large matrix: prefetch a few neurons ahead.
     const std::vector<int32_t>& A = ws.active[l];
     const size_t na = A.size();
     z.resize(na);
     for (size_t i = 0; i < na; ++i) {
       if (i + kPrefetch < na) {
-        prefetch_row(W + static_cast<int64_t>(A[i + kPrefetch]) * out.row_len, out.row_len);
-        __builtin_prefetch(b + A[i + kPrefetch], 0, 3);
+        const int64_t ahead = static_cast<int64_t>(A[i + kPrefetch]);
+        if (out.bf16)
+          prefetch_row(reinterpret_cast<const float*>(out.row16(ahead)), len / 2);
+        else
+          prefetch_row(W + ahead * len, len);
+        __builtin_prefetch(b + ahead, 0, 3);
       }
-      z[i] = kr.dot(W + static_cast<int64_t>(A[i]) * out.row_len, in.dense, out.row_len) + b[A[i]];
+      z[i] = logit(A[i]);
     }
   } else {
     z.resize(static_cast<size_t>(range.size()));
-    for (int64_t i = range.begin; i < range.end; ++i)
-      z[i - range.begin] = kr.dot(W + i * out.row_len, in.dense, out.row_len) + b[i];
+    for (int64_t i = range.begin; i < range.end; ++i) z[i - range.begin] = logit(i);
   }
 }
 
@@ -230,20 +252,33 @@ void output_input_gradient(const Layer& out, const SampleWorkspace& ws, const Ke
   const std::vector<float>& d = ws.delta[l];
   const float* W = out.weight.data();
   const int64_t len = out.row_len;
-  PhaseTimer timer(ws.prof, Phase::Backward, static_cast<double>(d.size()) * static_cast<double>(len) * 4.0);
+  auto add_row = [&](float dn, int64_t n) {
+    if (out.bf16)
+      kr.axpy_bf16(dn, out.row16(n), dh, len);
+    else
+      kr.axpy(dn, W + n * len, dh, len);
+  };
+  PhaseTimer timer(ws.prof, Phase::Backward,
+                   static_cast<double>(d.size()) * static_cast<double>(len) * (out.bf16 ? 2.0 : 4.0));
   if (sampled(out, use_lsh)) {
     const std::vector<int32_t>& A = ws.active[l];
     const size_t na = A.size();
     for (size_t i = 0; i < na; ++i) {
-      if (i + kPrefetch < na) prefetch_row(W + static_cast<int64_t>(A[i + kPrefetch]) * len, len);
+      if (i + kPrefetch < na) {
+        const int64_t ahead = static_cast<int64_t>(A[i + kPrefetch]);
+        if (out.bf16)
+          prefetch_row(reinterpret_cast<const float*>(out.row16(ahead)), len / 2);
+        else
+          prefetch_row(W + ahead * len, len);
+      }
       if (d[i] == 0.0f) continue;
-      kr.axpy(d[i], W + static_cast<int64_t>(A[i]) * len, dh, len);
+      add_row(d[i], A[i]);
     }
   } else {
     for (int64_t n = range.begin; n < range.end; ++n) {
       const float dn = d[n - range.begin];
       if (dn == 0.0f) continue;
-      kr.axpy(dn, W + n * len, dh, len);
+      add_row(dn, n);
     }
   }
 }

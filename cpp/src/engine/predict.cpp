@@ -61,12 +61,13 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
 #pragma omp parallel num_threads(nt) if (nt > 1 && x.n * sample_work_ > kParallelWork)
   {
     std::unique_ptr<SampleWorkspace> wsp;
-    std::vector<float> H, Z;
+    std::vector<float> H, Z, wide;  // wide: a bf16 row widened to float32
     std::vector<std::vector<Scored>> heaps(kBlock);
     catcher.run([&] {
       wsp = make_workspace(layers_, false, false);
       H.resize(kBlock * len);
       Z.resize(kBlock * kRowChunk);
+      if (out.bf16) wide.resize(len);
     });
 #pragma omp for schedule(dynamic, 1)
     for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -91,8 +92,16 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
           const int64_t cl = std::min(kRowChunk, N - c);
           float d[kBlock];
           for (int64_t r = 0; r < cl; ++r) {
-            const float* w = W + (c + r) * len;
-            if (r + 4 < cl) prefetch_row(w + 4 * len, len);
+            const float* w;
+            if (out.bf16) {
+              // Exact scores of the stored bf16 weights: the row widened, the inputs in float32.
+              if (r + 4 < cl) prefetch_row(reinterpret_cast<const float*>(out.row16(c + r + 4)), len / 2);
+              kr.from_bf16(out.row16(c + r), wide.data(), len);
+              w = wide.data();
+            } else {
+              w = W + (c + r) * len;
+              if (r + 4 < cl) prefetch_row(w + 4 * len, len);
+            }
             kr.dot_multi(w, H.data(), len, ns, len, d);
             for (int64_t s = 0; s < ns; ++s) Z[s * kRowChunk + r] = d[s] + bias[c + r];
           }
@@ -147,8 +156,11 @@ void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, fl
   {
     std::vector<std::vector<float>> act(static_cast<size_t>(nl));
     std::vector<Scored> heap;
+    std::vector<float> wide;  // a block of bf16 weight rows widened to float32
     catcher.run([&] {
       for (int l = 0; l < nl; ++l) act[l].resize(static_cast<size_t>(kBlock * layers_[l].out_dim));
+      for (int l = 1; l < nl; ++l)
+        if (layers_[l].bf16) wide.resize(std::max(wide.size(), static_cast<size_t>(kForwardRows * layers_[l].in_dim)));
       heap.reserve(static_cast<size_t>(k) + 1);
     });
 #pragma omp for schedule(dynamic, 1)
@@ -160,8 +172,13 @@ void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, fl
         const int64_t a = x.indptr[s0 + s], nnz = x.indptr[s0 + s + 1] - a;
         float* z = act[0].data() + s * w0;
         std::copy(first.bias.data(), first.bias.data() + w0, z);
-        for (int64_t q = 0; q < nnz; ++q)
-          kr.axpy(x.values[a + q], first.weight.data() + static_cast<int64_t>(x.indices[a + q]) * first.row_len, z, w0);
+        for (int64_t q = 0; q < nnz; ++q) {
+          const int64_t row = static_cast<int64_t>(x.indices[a + q]);
+          if (first.bf16)
+            kr.axpy_bf16(x.values[a + q], first.row16(row), z, w0);
+          else
+            kr.axpy(x.values[a + q], first.weight.data() + row * first.row_len, z, w0);
+        }
         if (nl > 1) activate(first.spec.activation, z, nullptr, w0, 0.0f, unused);
       }
       for (int l = 1; l < nl; ++l) {
@@ -169,7 +186,12 @@ void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, fl
         const int64_t out = L.out_dim, in = L.in_dim;
         for (int64_t j0 = 0; j0 < out; j0 += kForwardRows) {
           const int64_t nj = std::min(kForwardRows, out - j0);
-          kr.matmul_bt(act[l - 1].data(), in, L.weight.data() + j0 * in, in, act[l].data() + j0, out, ns, nj, in);
+          const float* Wj = L.weight.data() + j0 * in;
+          if (L.bf16) {
+            kr.from_bf16(L.row16(j0), wide.data(), nj * in);
+            Wj = wide.data();
+          }
+          kr.matmul_bt(act[l - 1].data(), in, Wj, in, act[l].data() + j0, out, ns, nj, in);
         }
         for (int64_t s = 0; s < ns; ++s) {
           float* z = act[l].data() + s * out;

@@ -37,7 +37,8 @@ const std::initializer_list<const char*> kTopKeys = {"input_dim", "layers", "lr"
                                                      "rebuild_decay", "hugepages", "recompute"};
 const std::initializer_list<const char*> kLayerKeys = {"size", "activation", "sampling", "family", "K", "L",
                                                        "range_pow", "bucket_capacity", "bucket_policy", "bin_size",
-                                                       "selection", "threshold", "min_active", "max_active"};
+                                                       "selection", "threshold", "min_active", "max_active",
+                                                       "precision"};
 
 // Reads the required keys of one dict; `path` maps a key to its Python spelling.
 class Reader {
@@ -134,6 +135,9 @@ NetworkSpec parse_network_spec(const SpecDict& top, bool has_layers, const std::
     l.selection.threshold = static_cast<int>(lr.integer("threshold", INT32_MIN, INT32_MAX));
     l.selection.min_active = static_cast<int>(lr.integer("min_active", INT32_MIN, INT32_MAX));
     l.selection.max_active = static_cast<int>(lr.integer("max_active", INT32_MIN, INT32_MAX));
+    // The one optional key: specs written before bf16 storage existed mean fp32.
+    if (layers[i].count("precision"))
+      l.precision = lr.choice("precision", {"fp32", "bf16"}) == 1 ? Precision::BF16 : Precision::FP32;
     s.layers.push_back(l);
   }
   s.lr = static_cast<float>(r.number("lr"));
@@ -189,6 +193,7 @@ std::pair<SpecDict, std::vector<SpecDict>> spec_to_dict(const NetworkSpec& s) {
     d["threshold"] = int_value(l.selection.threshold);
     d["min_active"] = int_value(l.selection.min_active);
     d["max_active"] = int_value(l.selection.max_active);
+    d["precision"] = string_value(l.precision == Precision::BF16 ? "bf16" : "fp32");
     layers.push_back(d);
   }
   return {top, layers};
@@ -213,6 +218,10 @@ void NetworkSpec::validate() const {
       bad(layer_key_path(l, "activation"),
           "sigmoid needs a dense output layer (sampling: dense, or auto choosing dense); the sampled-negative "
           "corrections of an lsh layer are made for softmax");
+    if (s.precision == Precision::BF16 && i != 0 && !last)
+      bad(layer_key_path(l, "precision"),
+          "bf16 is supported on the first layer (the one reading the sparse input) and on the output layer; "
+          "layer " + std::to_string(l) + " is a middle hidden layer, set precision: fp32 there");
     if (s.sampling == Sampling::Lsh) {
       if (i == 0) bad(layer_key_path(l, "sampling"), "lsh is not allowed on layer 0 (its input is the sparse feature vector)");
       if (s.lsh.K < 1 || s.lsh.K > 32) bad(layer_key_path(l, "K"), "must be in [1, 32], got " + std::to_string(s.lsh.K));

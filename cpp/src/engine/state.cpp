@@ -14,10 +14,17 @@ std::vector<ParameterArray> Network::parameters() {
   for (Layer& L : layers_) {
     const std::string base = "layers." + std::to_string(L.index) + ".";
     const std::vector<int64_t> ws{L.rows, L.row_len}, bs{L.out_dim};
-    p.push_back({base + "weight", L.weight.data(), ws});
-    p.push_back({base + "bias", L.bias.data(), bs});
-    p.push_back({base + "weight.adam_m", L.weight_m.data(), ws});
-    p.push_back({base + "weight.adam_v", L.weight_v.data(), ws});
+    if (L.bf16) {
+      p.push_back({base + "weight", nullptr, ws, L.weight16.data()});
+      p.push_back({base + "bias", L.bias.data(), bs});
+      p.push_back({base + "weight.adam_m", nullptr, ws, L.weight16_m.data()});
+      p.push_back({base + "weight.adam_v", nullptr, ws, L.weight16_v.data()});
+    } else {
+      p.push_back({base + "weight", L.weight.data(), ws});
+      p.push_back({base + "bias", L.bias.data(), bs});
+      p.push_back({base + "weight.adam_m", L.weight_m.data(), ws});
+      p.push_back({base + "weight.adam_v", L.weight_v.data(), ws});
+    }
     p.push_back({base + "bias.adam_m", L.bias_m.data(), bs});
     p.push_back({base + "bias.adam_v", L.bias_v.data(), bs});
   }
@@ -29,8 +36,9 @@ MemoryReport Network::memory_report() const {
   MemoryReport r;
   for (const Layer& L : layers_) {
     const std::string base = "layers." + std::to_string(L.index) + ".";
-    r.weights += L.weight.bytes() + L.bias.bytes();
-    r.optimizer += L.weight_m.bytes() + L.weight_v.bytes() + L.bias_m.bytes() + L.bias_v.bytes();
+    r.weights += L.weight.bytes() + L.weight16.bytes() + L.bias.bytes();
+    r.optimizer += L.weight_m.bytes() + L.weight_v.bytes() + L.weight16_m.bytes() + L.weight16_v.bytes() +
+                   L.bias_m.bytes() + L.bias_v.bytes();
     r.gradients += L.weight_grad.bytes() + L.bias_grad.bytes() + L.row_touched.bytes() +
                    L.touched_rows.capacity() * sizeof(int32_t) + L.row_end.bytes() +
                    L.entry_sample.capacity() * sizeof(int32_t) + L.entry_coef.capacity() * sizeof(float);
@@ -40,6 +48,10 @@ MemoryReport Network::memory_report() const {
         {"weight.grad", &L.weight_grad}, {"bias", &L.bias},          {"bias.adam_m", &L.bias_m},
         {"bias.adam_v", &L.bias_v},  {"bias.grad", &L.bias_grad}};
     for (const auto& a : arrays)
+      if (a.second->hugepages()) r.hugepages.push_back(base + a.first);
+    const std::pair<const char*, const AlignedBuffer<uint16_t>*> arrays16[] = {
+        {"weight", &L.weight16}, {"weight.adam_m", &L.weight16_m}, {"weight.adam_v", &L.weight16_v}};
+    for (const auto& a : arrays16)
       if (a.second->hugepages()) r.hugepages.push_back(base + a.first);
   }
   for (const auto& ws : workspaces_) {

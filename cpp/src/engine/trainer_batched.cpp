@@ -21,6 +21,7 @@
 #include <cmath>
 
 #include "engine_internal.hpp"
+#include "slide/bf16.hpp"
 #include "slide/network.hpp"
 #include "slide/simd.hpp"
 
@@ -38,6 +39,28 @@ struct BatchStep {
   float inv_b;
   float dropout;
 };
+
+// Layer l's weights as float32: its own array, or for bf16 storage the copy widened at the
+// start of the batch (the layer's update comes after its last use in the batch).
+const float* weights_f32(const BatchStep& s, int l) {
+  const Layer& L = s.layers[l];
+  return L.bf16 ? s.M.wide[l].data() : L.weight.data();
+}
+
+// The float32 copies of the bf16 layers after the first (sized by the caller), in blocks
+// shared by the threads of the region.
+void widen_bf16_weights(const BatchStep& s) {
+  constexpr int64_t kChunk = 1 << 14;
+  const int nl = static_cast<int>(s.layers.size());
+  for (int l = 1; l < nl; ++l) {
+    const Layer& L = s.layers[l];
+    if (!L.bf16) continue;
+    const int64_t n = L.rows * L.row_len;
+    float* dst = s.M.wide[l].data();
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < n; c += kChunk) s.kr.from_bf16(L.weight16.data() + c, dst + c, std::min(kChunk, n - c));
+  }
+}
 
 // Layer 0 reads the sparse input: one sample at a time, into row i of the batch matrix; the
 // sample's labels and layer-0 rows go into its record. Everything that may allocate happens
@@ -66,9 +89,13 @@ void forward_first_layer(const BatchStep& s, const CsrView& x, const CsrView& y,
       s.M.rng[i] = Rng(stream_seed(seed, kTrainSalt, static_cast<uint64_t>(t), static_cast<uint64_t>(i)));
       float* z = s.M.out_ptr[0] + i * w0;
       std::copy(first.bias.data(), first.bias.data() + w0, z);
-      for (int64_t k = 0; k < nnz; ++k)
-        s.kr.axpy(x.values[a + k], first.weight.data() + static_cast<int64_t>(x.indices[a + k]) * first.row_len, z,
-                  w0);
+      for (int64_t k = 0; k < nnz; ++k) {
+        const int64_t row = static_cast<int64_t>(x.indices[a + k]);
+        if (first.bf16)
+          s.kr.axpy_bf16(x.values[a + k], first.row16(row), z, w0);
+        else
+          s.kr.axpy(x.values[a + k], first.weight.data() + row * first.row_len, z, w0);
+      }
       if (hidden) {
         if (s.M.recompute) s.M.rng_at[i] = s.M.rng[i];
         activate(first.spec.activation, z, s.M.mask_ptr[0] ? s.M.mask_ptr[0] + i * w0 : nullptr, w0, s.dropout,
@@ -91,7 +118,7 @@ void forward_layer(const BatchStep& s, int l, bool replay) {
 #pragma omp for schedule(dynamic, 1)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t j0 = blk * kForwardRows, nj = std::min(kForwardRows, out - j0);
-    s.kr.matmul_bt(H, in, L.weight.data() + j0 * in, in, Z + j0, out, s.b, nj, in);
+    s.kr.matmul_bt(H, in, weights_f32(s, l) + j0 * in, in, Z + j0, out, s.b, nj, in);
     const float* bias = L.bias.data() + j0;
     for (int64_t i = 0; i < s.b; ++i) {
       float* z = Z + i * out + j0;
@@ -200,7 +227,7 @@ void backward_and_update(const BatchStep& s, int l, const AdamStep& sw, const Ad
 #pragma omp for schedule(dynamic, 1)
   for (int64_t task = 0; task < sblocks * cblocks; ++task) {
     const int64_t s0 = (task / cblocks) * kBackSamples, c0 = (task % cblocks) * kBackCols;
-    s.kr.matmul(D + s0 * out, out, 1, L.weight.data() + c0, in, dH + s0 * in + c0, in,
+    s.kr.matmul(D + s0 * out, out, 1, weights_f32(s, l) + c0, in, dH + s0 * in + c0, in,
                 std::min(kBackSamples, b - s0), std::min(kBackCols, in - c0), out);
   }
   // (barrier) Through the previous layer's activation and dropout.
@@ -230,7 +257,11 @@ void backward_and_update(const BatchStep& s, int l, const AdamStep& sw, const Ad
       const int64_t j = j0 + jj;
       float gb = 0.0f;
       for (int64_t i = 0; i < b; ++i) gb += D[i * out + j];
-      s.kr.adam(W + j * in, Wm + j * in, Wv + j * in, grad + jj * in, in, sw);
+      if (L.bf16)
+        s.kr.adam_bf16(L.weight16.data() + j * in, L.weight16_m.data() + j * in, L.weight16_v.data() + j * in,
+                       grad + jj * in, in, sw, bf16_row_key(sw.step, l, j));
+      else
+        s.kr.adam(W + j * in, Wm + j * in, Wv + j * in, grad + jj * in, in, sw);
       adam_scalar(bias[j], bm[j], bv[j], gb, sb);
     }
   }
@@ -352,10 +383,14 @@ float Network::train_batch_layerwise(const CsrView& x, const CsrView& y, const i
   const AdamStep sw = make_adam_step(spec_.adam, lr, t, true);
   const AdamStep sb = make_adam_step(spec_.adam, lr, t, false);
   const BatchStep step{layers_, M, records_, kernels(), b, 1.0f / static_cast<float>(b), dropout};
+  M.wide.resize(static_cast<size_t>(nl));
+  for (int l = 1; l < nl; ++l)
+    if (layers_[l].bf16) M.wide[l].resize(static_cast<size_t>(layers_[l].rows * layers_[l].row_len));
   InterruptPoller poller;
   ExceptionCatcher catcher;
 #pragma omp parallel num_threads(threads_) if (b * sample_work_ > kParallelWork)
   {
+    widen_bf16_weights(step);
     forward_first_layer(step, x, y, rows, spec_.seed, t, catcher, poller);
     // After the loop's barrier every thread sees the same flags: the batch goes on (and can no
     // longer fail) or is abandoned with the weights untouched.

@@ -136,7 +136,7 @@ float Network::train_batch_samples(const CsrView& x, const CsrView& y, const int
     for (Layer& L : layers_) {
       const AdamPassStats st = L.records ? adam_step_recorded(L, records_, b, sw, sb, workspaces_, vec_ptrs_, threads_)
                                          : adam_step_buffered(L, sw, sb, workspaces_, threads_);
-      timer.add_bytes(st.bytes(L.row_len, L.rows, L.records));
+      timer.add_bytes(st.bytes(L.row_len, L.rows, L.records, L.bf16 ? 2.0 : 4.0));
     }
   }
   finish_step(t);

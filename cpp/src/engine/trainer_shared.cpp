@@ -24,6 +24,13 @@
 // per batch for all samples and the hash candidates that S holds scored in S. Results are
 // deterministic for a seed and do not depend on the number of threads (every sum runs in a
 // fixed order), but differ from the per-sample trainer's bits.
+//
+// A bf16 output layer (precision: bf16) keeps its semantics here: logits are sums of exact
+// products of the bf16 row and the layer input rounded to bf16 (the block's rows are widened
+// exactly when gathered, H16 holds the rounded inputs), dL/dh reads the widened rows, the
+// gradient is taken against the float32 input (as the per-sample records do) and every row,
+// block or private, gets the bf16 Adam step with the stochastic rounding keyed by (step,
+// layer, row) of the per-sample path (each row is updated once per step either way).
 #include <omp.h>
 
 #include <algorithm>
@@ -31,6 +38,7 @@
 #include <string>
 
 #include "engine_internal.hpp"
+#include "slide/bf16.hpp"
 #include "slide/negatives.hpp"
 #include "slide/network.hpp"
 #include "slide/sample_step.hpp"
@@ -102,6 +110,9 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
   }
   const int64_t nS = static_cast<int64_t>(B.set.size());
   B.H.resize(static_cast<size_t>(b * d));
+  const bool bf16 = out.bf16;
+  const double elem_bytes = bf16 ? 2.0 : 4.0;
+  if (bf16) B.H16.resize(static_cast<size_t>(b * d));
   B.Z.resize(static_cast<size_t>(b * nS));
   B.weights.resize(static_cast<size_t>(nS * d));
   B.bias.resize(static_cast<size_t>(nS));
@@ -113,8 +124,14 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
     for (const int32_t j : B.set) B.mark[j] = 0;
     for (Layer& L : layers_) discard_buffered_gradients(L, workspaces_);
   };
-  const float* W = out.weight.data();
+  const float* W = out.weight.data();  // null for a bf16 layer (rows in out.weight16)
   const float* bias = out.bias.data();
+  auto prefetch_out_row = [&](int64_t n) {
+    if (bf16)
+      prefetch_row(reinterpret_cast<const float*>(out.row16(n)), d / 2);
+    else
+      prefetch_row(W + n * d, d);
+  };
 
   // 2. Per sample: hidden layers, private rows (own labels and hash candidates outside S).
   int team = 1;
@@ -137,6 +154,7 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
         ws.labels.erase(std::unique(ws.labels.begin(), ws.labels.end()), ws.labels.end());
         if (ws.labels.empty()) {
           std::fill(h_row, h_row + d, 0.0f);
+          if (bf16) std::fill(B.H16.data() + i * d, B.H16.data() + (i + 1) * d, 0.0f);
           return;
         }
         B.has_labels[i] = 1;
@@ -144,6 +162,14 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
         Rng rng(stream_seed(spec_.seed, kTrainSalt, static_cast<uint64_t>(t), static_cast<uint64_t>(i)));
         const LayerInput in = forward_hidden(layers_, ws, kr, csr_row(x, r), true, dropout, rng, &shared_fill);
         std::copy(in.dense, in.dense + d, h_row);
+        const uint16_t* h16 = nullptr;
+        if (bf16) {
+          // The input rounded to bf16 once (as output_logits does), widened for the block.
+          ws.input16.resize(static_cast<size_t>(d));
+          kr.to_bf16(in.dense, ws.input16.data(), d);
+          kr.from_bf16(ws.input16.data(), B.H16.data() + i * d, d);
+          h16 = ws.input16.data();
+        }
         {
           PhaseTimer timer(ws.prof, Phase::Hashing, static_cast<double>(d + out.hash->num_tables()) * 4.0);
           out.hash->hash_dense(in.dense, ws.buckets.data());
@@ -166,16 +192,18 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
           A.erase(std::remove_if(A.begin(), A.end(), [&](int32_t j) { return B.mark[j] != 0; }), A.end());
         }
         // Logits of the private rows, scattered over the layer: prefetch a few ahead.
-        PhaseTimer timer(ws.prof, Phase::Forward, static_cast<double>(A.size()) * (static_cast<double>(d) * 4.0 + 64.0));
+        PhaseTimer timer(ws.prof, Phase::Forward,
+                         static_cast<double>(A.size()) * (static_cast<double>(d) * elem_bytes + 64.0));
         std::vector<float>& z = ws.out[lo];
         const size_t na = A.size();
         z.resize(na);
         for (size_t k = 0; k < na; ++k) {
           if (k + kPrefetch < na) {
-            prefetch_row(W + static_cast<int64_t>(A[k + kPrefetch]) * d, d);
+            prefetch_out_row(A[k + kPrefetch]);
             __builtin_prefetch(bias + A[k + kPrefetch], 0, 3);
           }
-          z[k] = kr.dot(W + static_cast<int64_t>(A[k]) * d, in.dense, d) + bias[A[k]];
+          const int64_t n = A[k];
+          z[k] = (bf16 ? kr.dot_bf16(out.row16(n), h16, d) : kr.dot(W + n * d, in.dense, d)) + bias[n];
         }
       });
     }
@@ -190,19 +218,23 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
   // 3. The block's logits for the whole batch: its rows gathered once, Z = H W_S^T + b_S.
   {
     PhaseTimer timer(profiler_.serial(), Phase::Forward,
-                     static_cast<double>(nS) * (static_cast<double>(d) * 8.0 + 64.0) + static_cast<double>(b * nS) * 4.0);
+                     static_cast<double>(nS) * (static_cast<double>(d) * (elem_bytes + 4.0) + 64.0) +
+                         static_cast<double>(b * nS) * 4.0);
     const int32_t* S = B.set.data();
     float* WS = B.weights.data();
     float* bS = B.bias.data();
     float* Z = B.Z.data();
-    const float* H = B.H.data();
+    const float* H = bf16 ? B.H16.data() : B.H.data();
     const int64_t blocks = (nS + kForwardRows - 1) / kForwardRows;
 #pragma omp parallel for num_threads(threads_) schedule(dynamic, 1) if (parallel)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t j0 = blk * kForwardRows, nj = std::min(kForwardRows, nS - j0);
       for (int64_t j = j0; j < j0 + nj; ++j) {
-        if (j + kPrefetch < nS) prefetch_row(W + static_cast<int64_t>(S[j + kPrefetch]) * d, d);
-        std::copy(W + static_cast<int64_t>(S[j]) * d, W + static_cast<int64_t>(S[j] + 1) * d, WS + j * d);
+        if (j + kPrefetch < nS) prefetch_out_row(S[j + kPrefetch]);
+        if (bf16)
+          kr.from_bf16(out.row16(S[j]), WS + j * d, d);  // exact
+        else
+          std::copy(W + static_cast<int64_t>(S[j]) * d, W + static_cast<int64_t>(S[j] + 1) * d, WS + j * d);
         bS[j] = bias[S[j]];
       }
       kr.matmul_bt(H, d, WS + j0 * d, d, Z + j0, nS, b, nj, d);
@@ -264,7 +296,8 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
         total += normalise_output(out, ws, st, st, all, true, inv_b);
         const std::vector<float>& dz = ws.delta[lo];
         PhaseTimer timer(ws.prof, Phase::Backward,
-                         static_cast<double>(np) * (static_cast<double>(d) * 4.0 + 8.0) + static_cast<double>(nS) * 4.0);
+                         static_cast<double>(np) * (static_cast<double>(d) * elem_bytes + 8.0) +
+                             static_cast<double>(nS) * 4.0);
         std::copy(dz.begin(), dz.begin() + nS, zs);  // the block's dL/dz, for its update
         // dL/dh: the block through the gathered rows, then the private rows.
         std::vector<float>& dh = ws.delta[lo - 1];
@@ -275,12 +308,15 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
         rec.vec[lo].assign(B.H.data() + i * d, B.H.data() + (i + 1) * d);
         for (int64_t k = 0; k < np; ++k) {
           const int32_t n = A[nS + k];
-          if (k + static_cast<int64_t>(kPrefetch) < np) prefetch_row(W + static_cast<int64_t>(A[nS + k + kPrefetch]) * d, d);
+          if (k + static_cast<int64_t>(kPrefetch) < np) prefetch_out_row(A[nS + k + kPrefetch]);
           const float dn = dz[nS + k];
           if (dn == 0.0f) continue;
           rr.push_back(n);
           rc.push_back(dn);
-          kr.axpy(dn, W + static_cast<int64_t>(n) * d, dh.data(), d);
+          if (bf16)
+            kr.axpy_bf16(dn, out.row16(n), dh.data(), d);
+          else
+            kr.axpy(dn, W + static_cast<int64_t>(n) * d, dh.data(), d);
         }
         backward_hidden(layers_, ws, rec, kr, csr_row(x, rows[i]), dropout);
       });
@@ -297,10 +333,14 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
   const AdamStep sb = make_adam_step(spec_.adam, lr, t, false);
   {
     PhaseTimer timer(profiler_.serial(), Phase::Adam,
-                     static_cast<double>(nS) * (6.0 * 4.0 * static_cast<double>(d) + 64.0));
+                     static_cast<double>(nS) * (6.0 * elem_bytes * static_cast<double>(d) + 64.0));
     float* Wt = out.weight.data();
     float* Wm = out.weight_m.data();
     float* Wv = out.weight_v.data();
+    uint16_t* Wt16 = out.weight16.data();
+    uint16_t* Wm16 = out.weight16_m.data();
+    uint16_t* Wv16 = out.weight16_v.data();
+    const int out_layer = out.index;
     float* bt = out.bias.data();
     float* bm = out.bias_m.data();
     float* bv = out.bias_v.data();
@@ -317,15 +357,24 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
         if (blk + 1 < blocks)
           for (int64_t j = j0 + kGradRows; j < std::min(nS, j0 + 2 * kGradRows); ++j) {
             const int64_t off = static_cast<int64_t>(S[j]) * d;
-            prefetch_row(Wm + off, d);
-            prefetch_row(Wv + off, d);
+            if (bf16) {
+              prefetch_row(reinterpret_cast<const float*>(Wm16 + off), d / 2);
+              prefetch_row(reinterpret_cast<const float*>(Wv16 + off), d / 2);
+            } else {
+              prefetch_row(Wm + off, d);
+              prefetch_row(Wv + off, d);
+            }
           }
         kr.matmul(D + j0, 1, nS, H, d, grad, d, nj, d, b);
         for (int64_t jj = 0; jj < nj; ++jj) {
           const int64_t j = j0 + jj, row = S[j];
           float gb = 0.0f;
           for (int64_t i = 0; i < b; ++i) gb += D[i * nS + j];
-          kr.adam(Wt + row * d, Wm + row * d, Wv + row * d, grad + jj * d, d, sw);
+          if (bf16)  // the per-sample path's bf16 step and rounding key (AdamArrays::step_row)
+            kr.adam_bf16(Wt16 + row * d, Wm16 + row * d, Wv16 + row * d, grad + jj * d, d, sw,
+                         bf16_row_key(sw.step, out_layer, row));
+          else
+            kr.adam(Wt + row * d, Wm + row * d, Wv + row * d, grad + jj * d, d, sw);
           adam_scalar(bt[row], bm[row], bv[row], gb, sb);
         }
       }
@@ -333,7 +382,7 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
     for (Layer& L : layers_) {
       const AdamPassStats st = L.records ? adam_step_recorded(L, records_, b, sw, sb, workspaces_, vec_ptrs_, threads_)
                                          : adam_step_buffered(L, sw, sb, workspaces_, threads_);
-      timer.add_bytes(st.bytes(L.row_len, L.rows, L.records));
+      timer.add_bytes(st.bytes(L.row_len, L.rows, L.records, L.bf16 ? 2.0 : 4.0));
     }
   }
   for (const int32_t j : B.set) B.mark[j] = 0;

@@ -8,7 +8,7 @@ namespace slide {
 size_t SampleWorkspace::bytes() const {
   size_t b = buckets.capacity() * sizeof(uint32_t) + labels.capacity() * sizeof(int32_t) +
              heap.capacity() * sizeof(heap[0]) + grad_row.capacity() * sizeof(float) +
-             adam_rows.capacity() * sizeof(int32_t);
+             adam_rows.capacity() * sizeof(int32_t) + input16.capacity() * sizeof(uint16_t);
   for (auto& v : out) b += v.capacity() * sizeof(float);
   for (auto& v : mask) b += v.capacity() * sizeof(float);
   for (auto& v : delta) b += v.capacity() * sizeof(float);
@@ -63,6 +63,7 @@ std::unique_ptr<SampleWorkspace> make_workspace(const std::vector<Layer>& layers
     }
   }
   ws->buckets.resize(max_tables);
+  if (layers.back().bf16) ws->input16.resize(static_cast<size_t>(layers.back().row_len));
   if (training) {
     int64_t max_len = 0;
     for (const Layer& L : layers) max_len = std::max(max_len, L.row_len);

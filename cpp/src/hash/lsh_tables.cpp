@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "slide/bf16.hpp"
 #include "slide/common.hpp"
 #include "slide/hash.hpp"
 #include "slide/memory.hpp"
@@ -192,12 +193,22 @@ LshTables& LshTables::operator=(LshTables&&) noexcept = default;
 
 void LshTables::build(const HashFunction& h, const float* rows, int64_t num_rows, int64_t stride,
                       int num_threads, uint64_t seed) {
+  build_from(h, rows, nullptr, num_rows, stride, num_threads, seed);
+}
+
+void LshTables::build(const HashFunction& h, const uint16_t* rows_bf16, int64_t num_rows, int64_t stride,
+                      int num_threads, uint64_t seed) {
+  build_from(h, nullptr, rows_bf16, num_rows, stride, num_threads, seed);
+}
+
+void LshTables::build_from(const HashFunction& h, const float* rows, const uint16_t* rows_bf16, int64_t num_rows,
+                           int64_t stride, int num_threads, uint64_t seed) {
   begin_rebuild(h, num_rows, stride, 1, seed);
-  if (num_rows > 0 && rows == nullptr) {
+  if (num_rows > 0 && rows == nullptr && rows_bf16 == nullptr) {
     cancel_rebuild();
     throw InvalidArgument("rows is null");
   }
-  rebuild_step(h, rows, num_threads);
+  rebuild_step_from(h, rows, rows_bf16, num_threads);
 }
 
 void LshTables::begin_rebuild(const HashFunction& h, int64_t num_rows, int64_t stride, int steps, uint64_t seed) {
@@ -228,12 +239,21 @@ void LshTables::begin_rebuild(const HashFunction& h, int64_t num_rows, int64_t s
 }
 
 bool LshTables::rebuild_step(const HashFunction& h, const float* rows, int num_threads) {
+  return rebuild_step_from(h, rows, nullptr, num_threads);
+}
+
+bool LshTables::rebuild_step(const HashFunction& h, const uint16_t* rows_bf16, int num_threads) {
+  return rebuild_step_from(h, nullptr, rows_bf16, num_threads);
+}
+
+bool LshTables::rebuild_step_from(const HashFunction& h, const float* rows, const uint16_t* rows_bf16,
+                                  int num_threads) {
   Impl& im = *impl_;
   PendingBuild& pb = im.pending;
   if (!pb.active) throw InvalidArgument("rebuild_step: no rebuild in progress (begin_rebuild first)");
   const int L = im.params.L;
   const int64_t num_rows = pb.num_rows, stride = pb.stride;
-  if (num_rows > 0 && rows == nullptr) throw InvalidArgument("rows is null");
+  if (num_rows > 0 && rows == nullptr && rows_bf16 == nullptr) throw InvalidArgument("rows is null");
   const int nt = resolve_threads(num_threads);
   const int k = pb.done;
   // This call's share: chunks of rows to hash, then tables to build (steps == 1: all of both).
@@ -257,11 +277,22 @@ bool LshTables::rebuild_step(const HashFunction& h, const float* rows, int num_t
 #pragma omp parallel num_threads(nt)
     {
       std::vector<uint32_t> buf(static_cast<size_t>(kHashChunk) * L);
+      // bf16 rows are widened exactly (one row at a time) before hashing: the ids are those of
+      // the float32 matrix the bf16 bits stand for.
+      std::vector<float> wide(rows_bf16 ? static_cast<size_t>(h.dim()) : 0);
 #pragma omp for schedule(static)
       for (int64_t c = c0; c < c1; ++c) {
         catcher.run([&] {
           const int64_t r0 = c * kHashChunk, r1 = std::min(num_rows, r0 + kHashChunk);
-          for (int64_t i = r0; i < r1; ++i) h.hash_dense(rows + i * stride, buf.data() + (i - r0) * L);
+          for (int64_t i = r0; i < r1; ++i) {
+            const float* row = rows ? rows + i * stride : nullptr;
+            if (rows_bf16) {
+              const uint16_t* r16 = rows_bf16 + i * stride;
+              for (size_t j = 0; j < wide.size(); ++j) wide[j] = bf16_to_float(r16[j]);
+              row = wide.data();
+            }
+            h.hash_dense(row, buf.data() + (i - r0) * L);
+          }
           for (int t = 0; t < L; ++t) {
             uint32_t* col = pb.ids.data() + static_cast<size_t>(t) * num_rows;
             for (int64_t i = r0; i < r1; ++i) col[i] = buf[(i - r0) * L + t];
