@@ -10,7 +10,8 @@
 //   top level: input_dim, layers (a list of layer dicts), lr, beta1, beta2, eps, weight_decay,
 //              dropout, threads, seed, rebuild_first, rebuild_decay, hugepages, recompute
 //   per layer: size, activation, sampling, family, K, L, range_pow, bucket_capacity,
-//              bucket_policy, bin_size, selection, threshold, min_active, max_active
+//              bucket_policy, bin_size, selection, threshold, min_active, max_active,
+//              negative_weight (optional, default 1; read by a sigmoid lsh output layer only)
 #pragma once
 
 #include <cstdint>

@@ -27,7 +27,7 @@ const char* section_of(const std::string& key) {
 
 bool is_lsh_key(const std::string& key) {
   for (const char* k : {"family", "K", "L", "range_pow", "bucket_capacity", "bucket_policy", "bin_size", "selection",
-                        "threshold", "min_active", "max_active"})
+                        "threshold", "min_active", "max_active", "negative_weight"})
     if (key == k) return true;
   return false;
 }
@@ -37,7 +37,8 @@ const std::initializer_list<const char*> kTopKeys = {"input_dim", "layers", "lr"
                                                      "rebuild_decay", "hugepages", "recompute"};
 const std::initializer_list<const char*> kLayerKeys = {"size", "activation", "sampling", "family", "K", "L",
                                                        "range_pow", "bucket_capacity", "bucket_policy", "bin_size",
-                                                       "selection", "threshold", "min_active", "max_active"};
+                                                       "selection", "threshold", "min_active", "max_active",
+                                                       "negative_weight"};
 
 // Reads the required keys of one dict; `path` maps a key to its Python spelling.
 class Reader {
@@ -72,6 +73,10 @@ class Reader {
     if (v.kind == SpecValue::Kind::Int) return static_cast<double>(v.i);
     if (v.kind != SpecValue::Kind::Float) bad(where(key), "expected a number, got " + v.type_name + " " + v.repr);
     return v.f;
+  }
+  // An optional key (one that only some layers use, added after saved specs existed).
+  double number_or(const char* key, double fallback) const {
+    return d_.find(key) == d_.end() ? fallback : number(key);
   }
   bool boolean(const char* key) const {
     const SpecValue& v = get(key);
@@ -134,6 +139,9 @@ NetworkSpec parse_network_spec(const SpecDict& top, bool has_layers, const std::
     l.selection.threshold = static_cast<int>(lr.integer("threshold", INT32_MIN, INT32_MAX));
     l.selection.min_active = static_cast<int>(lr.integer("min_active", INT32_MIN, INT32_MAX));
     l.selection.max_active = static_cast<int>(lr.integer("max_active", INT32_MIN, INT32_MAX));
+    // Optional (default 1: every sampled negative weighs as much as a positive); only a
+    // sigmoid output layer with sampling lsh reads it.
+    l.negative_weight = static_cast<float>(lr.number_or("negative_weight", 1.0));
     s.layers.push_back(l);
   }
   s.lr = static_cast<float>(r.number("lr"));
@@ -189,6 +197,7 @@ std::pair<SpecDict, std::vector<SpecDict>> spec_to_dict(const NetworkSpec& s) {
     d["threshold"] = int_value(l.selection.threshold);
     d["min_active"] = int_value(l.selection.min_active);
     d["max_active"] = int_value(l.selection.max_active);
+    d["negative_weight"] = float_value(l.negative_weight);
     layers.push_back(d);
   }
   return {top, layers};
@@ -209,10 +218,9 @@ void NetworkSpec::validate() const {
       bad(layer_key_path(l, "activation"), "softmax and sigmoid are only allowed on the last (output) layer");
     if (last && !output_act)
       bad(layer_key_path(l, "activation"), "the output layer must use softmax or sigmoid");
-    if (last && s.activation == Activation::Sigmoid && s.sampling == Sampling::Lsh)
-      bad(layer_key_path(l, "activation"),
-          "sigmoid needs a dense output layer (sampling: dense, or auto choosing dense); the sampled-negative "
-          "corrections of an lsh layer are made for softmax");
+    if (!(s.negative_weight >= 0.0f) || !std::isfinite(s.negative_weight))
+      bad(layer_key_path(l, "negative_weight"),
+          "must be >= 0 (0 = importance weights), got " + std::to_string(s.negative_weight));
     if (s.sampling == Sampling::Lsh) {
       if (i == 0) bad(layer_key_path(l, "sampling"), "lsh is not allowed on layer 0 (its input is the sparse feature vector)");
       if (s.lsh.K < 1 || s.lsh.K > 32) bad(layer_key_path(l, "K"), "must be in [1, 32], got " + std::to_string(s.lsh.K));
