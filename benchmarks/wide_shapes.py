@@ -92,7 +92,7 @@ def run_slide(job: Dict[str, Any]) -> Dict[str, Any]:
     """One slide variant: train on fit for the budget, validation curve, test at the end."""
     import slide
     from slide.baselines.compare import _MarkClock, _RssSampler, default_marks
-    from slide.memory import peak_rss_bytes
+    from slide._util import peak_rss_bytes
     from slide.metrics import evaluate
 
     cfg = slide.Config.from_dict(job["config"])
@@ -144,7 +144,7 @@ def run_peer(job: Dict[str, Any]) -> Dict[str, Any]:
     """napkinXC PLT or PECOS XR-Linear, trained to completion on fit; valid and test scored."""
     import slide
     from slide.baselines.compare import _RssSampler
-    from slide.memory import peak_rss_bytes
+    from slide._util import peak_rss_bytes
     from slide.metrics import evaluate
 
     cfg = slide.Config.from_dict(job["config"])
