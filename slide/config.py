@@ -135,6 +135,13 @@ class TrainingConfig:
                            "2 x optimizer.lr_decay_min_steps batches); 0 = off (used only when there is "
                            "validation data)", min=0)
     restore_best: bool = _f(True, "after training, restore the weights of the best validation evaluation")
+    shared_negatives: Union[bool, str] = _f("auto", "hash-sampled output layer: score the negatives a batch's "
+                                                     "samples share (the batch's labels and one uniform fill) as one "
+                                                     "block per batch: true | false | auto (from 65,536 output "
+                                                     "neurons; one process only)", auto=True)
+    rebuild_spread: int = _f(0, "spread each table rebuild over this many batches, the old tables serving "
+                                "meanwhile: 0 = auto (layers of 131,072 neurons or more, over "
+                                "min(64, rebuild_first / 2) batches), 1 = at once", min=0)
     hugepages: bool = _f(True, "ask for transparent hugepages for large arrays (falls back quietly)")
     recompute: bool = _f(False, "networks without hash-sampled layers: keep only checkpoint layers' outputs of a "
                                 "batch and recompute the other hidden activations and dropout masks in the "
@@ -331,7 +338,8 @@ def _convert(key: str, tp, value, meta, source):
 
     if meta.get("auto") and isinstance(value, str):
         if value != "auto":
-            err(f"expected an integer or auto, got {value!r}")
+            kind = "true, false" if get_args(tp)[:1] == (bool,) else "an integer"
+            err(f"expected {kind} or auto, got {value!r}")
         return value
     origin = get_origin(tp)
     if origin is Union:  # Optional[X] or Union[int, str] (the str being "auto")

@@ -36,6 +36,8 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
+from .config import ConfigError
+
 __all__ = ["shard_range", "bytes_per_batch", "world", "ShardedCore", "RankMismatchError"]
 
 
@@ -145,6 +147,19 @@ class ShardedCore:
     step = property(lambda self: self._local.step, lambda self, v: setattr(self._local, "step", v))
     next_rebuild = property(lambda self: self._local.next_rebuild,
                             lambda self, v: setattr(self._local, "next_rebuild", v))
+    rebuild_spread = property(lambda self: self._local.rebuild_spread,
+                              lambda self, v: setattr(self._local, "rebuild_spread", v))
+
+    @property
+    def shared_negatives(self):
+        return False
+
+    @shared_negatives.setter
+    def shared_negatives(self, v):
+        # a shard trains its output rows sample by sample (its exchanges are per sample)
+        if v is True:
+            raise ConfigError("training.shared_negatives: true is not available with label-sharded "
+                              "training (mpiexec): set it to auto or false")
 
     def _global_stats(self, mx: np.ndarray, sm: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """Per sample: max over ranks of the maxima, and the ranks' sums rescaled to it, summed."""

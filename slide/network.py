@@ -239,6 +239,11 @@ class Network:
             from .distributed import ShardedCore
 
             self._core = ShardedCore(core, spec, num_labels, self._comm)
+        for key in ("shared_negatives", "rebuild_spread"):
+            try:
+                setattr(self._core, key, getattr(cfg.training, key))
+            except ValueError as e:
+                raise ConfigError(f"training.{key}: {e}") from None
         self.config = cfg
         self.num_features = num_features
         self.num_labels = num_labels
@@ -528,7 +533,10 @@ class Network:
                 if budget and self._agreed(self._train_seconds >= budget):
                     history.stopped_by_budget = True
                     break
+                t_shuffle = time.perf_counter()
                 perm = np.random.default_rng([tr.seed, self.epoch]).permutation(n).astype(np.int64)
+                if getattr(core, "profiling", False):   # the engine's phase profiler is on
+                    core.add_profile_time("shuffle", time.perf_counter() - t_shuffle, float(perm.nbytes))
                 epoch_lr = self._epoch_lr(replay, batches_per_epoch)
                 if not replay and self._phase == "search" and len(self._lr_trace) <= self.epoch:
                     self._lr_trace.append(epoch_lr)

@@ -374,6 +374,87 @@ run from several Python threads at once.)doc")
           },
           "Step at which the hash tables are rebuilt next (-1 without LSH layers). Setting it "
           "(after step) restores a saved schedule position.")
+      .def_property(
+          "profiling", &Network::profiling,
+          [](Network& n, const py::object& v) {
+            if (!py::isinstance<py::bool_>(v)) bad("profiling", "expected True or False, got " + type_name(v));
+            n.set_profiling(v.cast<bool>());
+          },
+          "Phase profiler (off by default; no cost while off): while True, train_batch adds each phase's "
+          "time and bytes moved, see profile().")
+      .def(
+          "profile",
+          [](const Network& n) {
+            const slide::ProfileReport r = n.profile();
+            py::dict phases;
+            for (int p = 0; p < slide::kPhases; ++p) {
+              py::dict d;
+              d["seconds"] = r.totals.seconds[p];
+              d["thread_seconds"] = r.thread_seconds[p];
+              d["bytes"] = r.totals.bytes[p];
+              d["calls"] = r.totals.calls[p];
+              phases[py::str(slide::phase_name(static_cast<slide::Phase>(p)))] = d;
+            }
+            py::dict d;
+            d["enabled"] = r.enabled;
+            d["phases"] = phases;
+            d["batches"] = r.batches;
+            d["samples"] = r.samples;
+            d["batch_seconds"] = r.batch_seconds;
+            d["longest_batch"] = r.longest_batch;
+            d["longest_batch_step"] = r.longest_batch_step;
+            d["threads"] = n.num_threads();
+            return d;
+          },
+          "What the profiler counted since the last reset_profile(): per phase (hashing, selection, forward, "
+          "softmax, backward, adam, rebuild, shuffle) wall seconds (per-sample phases: thread-seconds / "
+          "threads), thread_seconds, modelled bytes moved and calls; batches, samples, batch_seconds (wall "
+          "time in train_batch), longest_batch (seconds) and the step it became.")
+      .def("reset_profile", &Network::reset_profile, "Clears the profiler's counters.")
+      .def(
+          "add_profile_time",
+          [](Network& n, const std::string& phase, double seconds, double bytes) {
+            for (int p = 0; p < slide::kPhases; ++p)
+              if (phase == slide::phase_name(static_cast<slide::Phase>(p))) {
+                n.add_profile_time(static_cast<slide::Phase>(p), seconds, bytes);
+                return;
+              }
+            bad("phase", "unknown phase '" + phase + "'");
+          },
+          py::arg("phase"), py::arg("seconds"), py::arg("bytes") = 0.0,
+          "Adds time spent outside the engine to a phase (e.g. 'shuffle' by a training loop); ignored while "
+          "profiling is off.")
+      .def_property(
+          "rebuild_spread", &Network::rebuild_spread,
+          [](Network& n, const py::object& v) {
+            if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()))
+              bad("rebuild_spread", "expected an integer, got " + type_name(v));
+            n.set_rebuild_spread(v.cast<int64_t>());
+          },
+          "Batches over which a scheduled hash-table rebuild is spread: 0 = auto (layers of at least 2^17 "
+          "neurons over min(64, rebuild_first / 2) batches, smaller ones at once), 1 = at once, n = over n "
+          "batches (at most rebuild_first).")
+      .def_property(
+          "shared_negatives",
+          [](const Network& n) -> py::object {
+            const int m = n.shared_negatives();
+            if (m < 0) return py::str("auto");
+            return py::bool_(m == 1);
+          },
+          [](Network& n, const py::object& v) {
+            if (py::isinstance<py::bool_>(v)) n.set_shared_negatives(v.cast<bool>() ? 1 : 0);
+            else if (py::isinstance<py::str>(v) && v.cast<std::string>() == "auto") n.set_shared_negatives(-1);
+            else bad("shared_negatives", "expected True, False or 'auto', got " + std::string(py::repr(v)));
+          },
+          "How a very wide LSH output layer scores the negatives its samples share (the batch's labels and "
+          "the uniform fill): True = as one block per batch (matrix products), False = per sample, 'auto' "
+          "(default) = the block from 65,536 output neurons. See uses_shared_negatives.")
+      .def_property_readonly("uses_shared_negatives", &Network::uses_shared_negatives,
+                             "Whether train_batch scores the shared negatives as a block now.")
+      .def("rebuild_batches", &Network::rebuild_batches, py::arg("layer"),
+           "Batches over which LSH layer `layer`'s next rebuild runs (1 = at once).")
+      .def_property_readonly("rebuild_pending", &Network::rebuild_pending,
+                             "True while a spread table rebuild is in progress.")
       .def(
           "table_state",
           [](const Network& n, int layer) {

@@ -6,6 +6,7 @@
 #include "bindings.hpp"
 #include "slide/common.hpp"
 #include "slide/cpu.hpp"
+#include "slide/profile.hpp"
 #include "slide/simd.hpp"
 
 namespace py = pybind11;
@@ -57,6 +58,16 @@ PYBIND11_MODULE(_core, m) {
   }, "CPU features detected at run time and the kernel set in use.");
   m.def("default_threads", [] { return slide::resolve_threads(0); },
         "Number of threads used when a network asks for 0 (all cores).");
+
+  m.def(
+      "stream_triad",
+      [](int64_t mib, int threads, int reps) {
+        py::gil_scoped_release release;
+        return slide::stream_triad(mib, threads, reps);
+      },
+      py::arg("mib") = 256, py::arg("threads") = 0, py::arg("reps") = 5,
+      "Memory bandwidth in GB/s: a STREAM-like triad a = b + s c over three arrays of `mib` MiB, "
+      "`threads` threads (0 = all cores), best of `reps` passes; counts 24 bytes per element.");
 
   // Test support: the batched matrix-product kernels of one instruction set, on numpy arrays.
   using Matrix = py::array_t<float, py::array::c_style | py::array::forcecast>;

@@ -113,3 +113,44 @@ TEST_CASE("DWTA gives sparse inputs codes and maps an all-zero input to bucket 0
   }
   CHECK(seen.size() > 20);  // five non-zeros out of 256 still spread over many buckets
 }
+
+TEST_CASE("a rebuild spread over several steps gives the tables of a build at once") {
+  const int dim = 32;
+  const int64_t n = 3000;  // 12 chunks of hashed rows
+  const LshParams p = params(HashFamily::DWTA, 3, 6, 9);
+  auto h = HashFunction::create(p, dim, 21);
+  const std::vector<float> w = random_rows(n, dim, 8, 0.4f);
+  LshTables once(p, n);
+  once.build(*h, w.data(), n, dim, 2, 99);
+  const LshTablesState want = once.export_state();
+  for (int steps : {1, 2, 3, 5, 8, 40}) {
+    LshTables spread(p, n);
+    spread.build(*h, w.data(), n / 2, dim, 1, 7);  // older tables that keep serving meanwhile
+    const LshTablesState before = spread.export_state();
+    spread.begin_rebuild(*h, n, dim, steps, 99);
+    CHECK(spread.rebuild_pending());
+    int calls = 0;
+    bool done = false;
+    while (!done) {
+      CHECK(spread.rebuild_steps_left() == steps - calls);
+      done = spread.rebuild_step(*h, w.data(), 2);
+      ++calls;
+      if (!done) CHECK(spread.export_state().items == before.items);  // unchanged until the last step
+    }
+    INFO("steps " << steps);
+    CHECK(calls == steps);
+    CHECK_FALSE(spread.rebuild_pending());
+    const LshTablesState got = spread.export_state();
+    CHECK(got.num_rows == want.num_rows);
+    CHECK(got.table_offsets == want.table_offsets);
+    CHECK(got.bucket_ids == want.bucket_ids);
+    CHECK(got.bucket_offsets == want.bucket_offsets);
+    CHECK(got.items == want.items);
+  }
+  LshTables idle(p, n);
+  CHECK_THROWS_AS(idle.rebuild_step(*h, w.data(), 1), InvalidArgument);
+  CHECK_THROWS_AS(idle.begin_rebuild(*h, n, dim, 0, 1), InvalidArgument);
+  idle.begin_rebuild(*h, n, dim, 4, 1);
+  idle.cancel_rebuild();
+  CHECK_FALSE(idle.rebuild_pending());
+}

@@ -105,6 +105,23 @@ class LshTables {
   // h made from the same LshParams (InvalidArgument otherwise).
   void build(const HashFunction& h, const float* rows, int64_t num_rows, int64_t stride,
              int num_threads, uint64_t seed);
+  // The same rebuild spread over `steps` calls of rebuild_step (steps >= 1), so that no single
+  // call stalls its caller for the whole build. The current tables keep answering bucket()
+  // until the call that completes the rebuild swaps the new ones in. The first share of the
+  // steps hashes the rows in order (each call the rows of its share, as `rows` holds them at
+  // that call), the rest build the tables (a share of them per call). When the rows do not
+  // change between the calls, the result is exactly build(h, rows, num_rows, stride, nt, seed)
+  // whatever `steps`. Checks its arguments as build() does; cancels a rebuild in progress.
+  void begin_rebuild(const HashFunction& h, int64_t num_rows, int64_t stride, int steps, uint64_t seed);
+  // One share of the rebuild begun last (`rows`, `h` as for build, the same h as begin_rebuild);
+  // returns true when this call completed it (the new tables are in place). InvalidArgument
+  // when no rebuild is in progress.
+  bool rebuild_step(const HashFunction& h, const float* rows, int num_threads);
+  bool rebuild_pending() const noexcept;
+  // Calls left until the rebuild in progress completes (0 when none).
+  int rebuild_steps_left() const noexcept;
+  // Drops a rebuild in progress (the current tables stay).
+  void cancel_rebuild() noexcept;
   // Neurons in bucket `id` of table `t` (pointer and count), valid until the next build().
   // Unoccupied ids (and any id before the first build) give count 0; t out of range throws.
   std::pair<const int32_t*, int> bucket(int t, uint32_t id) const;
@@ -156,6 +173,9 @@ class ActiveSetSampler {
   // How many neurons the last select() added by the random fill: they are the last entries of
   // `active`, drawn uniformly from the neurons not chosen before them.
   int64_t filled() const noexcept;
+  // Bucket entries the last select() visited and the distinct candidates among them (profile).
+  int64_t visited() const noexcept;
+  int64_t candidates() const noexcept;
 
  private:
   struct Impl;

@@ -33,6 +33,10 @@
 // layers are bit-identical with one thread; with several, racing float additions may be
 // lost or reordered, so results differ run to run while accuracy does not.
 //
+// Very wide output layers (training_paths.hpp): the negatives a batch's samples share are
+// scored as one block per batch (set_shared_negatives), and table rebuilds are spread over
+// several batches (set_rebuild_spread), so no batch stalls for a whole rebuild.
+//
 // Thread safety: train_batch, set_step and rebuild_tables take an exclusive lock;
 // predict_topk, parameters and memory_report may run from several threads at once.
 //
@@ -46,6 +50,8 @@
 //   trainer_sample.cpp  the per-sample trainer (composes the phases; HOGWILD over samples)
 //   trainer_batched.cpp the batched dense trainer (matrix products over the batch)
 //   trainer_sharded.cpp a label shard's batch step, in phases around the exchanges
+//   trainer_shared.cpp  very wide output layers: the batch's shared negatives as one block
+//   profile.cpp         the phase profiler and the bandwidth triad (profile.hpp)
 //   optimizer.cpp       fused sparse Adam over the touched rows (optimizer.hpp)
 //   predict.cpp         exact blocked, layer-wise and per-sample (LSH top-k) prediction
 //   state.cpp           what a checkpoint saves and restores; the memory report
@@ -63,6 +69,7 @@
 #include "slide/negatives.hpp"
 #include "slide/network_spec.hpp"
 #include "slide/optimizer.hpp"
+#include "slide/profile.hpp"
 #include "slide/sample_step.hpp"
 #include "slide/training_paths.hpp"
 #include "slide/workspace.hpp"
@@ -86,6 +93,7 @@ struct LshQuery {
 };
 
 struct ShardBatch;     // a label-sharded batch between its phases (trainer_sharded.cpp)
+struct SharedBlock;    // the shared-negatives trainer's batch state (trainer_shared.cpp)
 
 // The part of the output layer one process holds when the labels are sharded over
 // processes: output neurons [begin, end) of the spec's output layer. end = -1: all of it.
@@ -189,15 +197,58 @@ class Network {
   // Step after which the next table rebuild happens (-1 when no layer uses LSH).
   int64_t next_rebuild() const noexcept { return next_rebuild_; }
 
+  // ------------------------------------------------------------ profiling (profile.hpp)
+  // Off by default; while on, train_batch adds each phase's time and bytes and the batch
+  // time. Turning it on or off keeps the counters; reset_profile clears them.
+  void set_profiling(bool on);
+  bool profiling() const;
+  ProfileReport profile() const;
+  void reset_profile();
+  // Adds time spent outside the engine to a phase (e.g. Phase::Shuffle by the caller's loop).
+  void add_profile_time(Phase p, double seconds, double bytes);
+
+  // ------------------------------------------------------------ spread table rebuilds
+  // How a scheduled rebuild of an LSH layer's tables runs: 1 = at once, inside the batch
+  // that reaches the step (a stall of seconds on a layer of 10^5-10^6 neurons); n >= 2 =
+  // spread over n batches (LshTables::begin_rebuild): each batch hashes a share of the rows
+  // as they are then, or builds a share of the tables, while the old tables keep serving;
+  // 0 = auto (the default): layers of at least kSpreadRebuildRows rows spread over
+  // min(64, rebuild_first / 2) batches, smaller ones rebuild at once. The spread is capped at
+  // rebuild_first batches, so a rebuild always ends before the next one is due. Deterministic
+  // for a seed. A checkpoint taken while a spread rebuild runs saves the old tables.
+  void set_rebuild_spread(int64_t batches);
+  int64_t rebuild_spread() const noexcept { return rebuild_spread_; }
+  // Batches over which layer `layer`'s next rebuild is spread (1 = at once).
+  int64_t rebuild_batches(int layer) const;
+  // True while a spread rebuild of some layer is in progress.
+  bool rebuild_pending() const;
+
+  // ------------------------------------------------------------ shared in-batch negatives
+  // How a very wide hash-sampled output layer scores the negatives its samples share (the
+  // batch's labels and the uniform fill, see trainer_shared.cpp): 1 = as one block for the
+  // whole batch (matrix products; each shared row read and updated once per batch), 0 = per
+  // sample among its scattered active rows, -1 = auto (the default): the block when the
+  // output layer has at least kSharedNegativesWidth neurons, takes in-batch negatives and
+  // reads a hidden layer. The two give different (each deterministic) results.
+  void set_shared_negatives(int mode);
+  int shared_negatives() const noexcept { return shared_negatives_; }
+  // Whether train_batch uses the block now (the mode resolved for this network).
+  bool uses_shared_negatives() const noexcept;
+
  private:
   bool batched_for(int64_t b) const noexcept;
   float train_batch_samples(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
+  float train_batch_shared(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
   float train_batch_layerwise(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
   void predict_exact_blocked(const CsrView& x, int k, int32_t* labels, float* scores, SoftmaxStats* stats) const;
   void predict_layerwise(const CsrView& x, int k, int32_t* labels, float* scores, SoftmaxStats* stats) const;
   void predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* labels, float* scores,
                        SoftmaxStats* stats, const LshQuery& query) const;
   void rebuild_tables_locked();
+  void start_scheduled_rebuild();
+  void advance_rebuilds();
+  void cancel_rebuilds();
+  int64_t spread_for(const Layer& L) const noexcept;
   int64_t schedule_after(int64_t step) const;
   void ensure_records(int64_t b);
   void finish_step(int64_t t);
@@ -219,6 +270,10 @@ class Network {
   int64_t shard_begin_ = 0;               // first output neuron held here (global id)
   std::unique_ptr<ShardBatch> shard_;     // label-sharded training: the batch between phases
   mutable std::shared_mutex mutex_;
+  Profiler profiler_;
+  int64_t rebuild_spread_ = 0;            // 0 = auto (set_rebuild_spread)
+  int shared_negatives_ = -1;             // -1 = auto (set_shared_negatives)
+  std::unique_ptr<SharedBlock> shared_;  // the shared-negatives trainer's batch state
 
  public:
   // Checkpoint access to the hash tables of layer `layer`, which must sample by LSH

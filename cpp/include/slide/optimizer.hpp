@@ -58,6 +58,19 @@ inline void adam_scalar(float& w, float& m, float& v, float& g, const AdamStep& 
 // (Kernels::adam) matches to rounding (tests compare them).
 void adam_row_reference(float* w, float* m, float* v, float* g, int64_t n, const AdamStep& s) noexcept;
 
+// What a batch pass over a layer did (the profiler's byte counts): rows updated, and
+// gradient entries summed into them (recorded layers).
+struct AdamPassStats {
+  int64_t rows = 0;
+  int64_t entries = 0;
+  // Bytes the pass moved: each row's weights and both moments read and written, its bias
+  // triple, the entries, and the recorded pass's per-row offsets over the whole layer.
+  double bytes(int64_t row_len, int64_t layer_rows, bool recorded) const noexcept {
+    return static_cast<double>(rows) * (6.0 * 4.0 * static_cast<double>(row_len) + 64.0) +
+           static_cast<double>(entries) * 8.0 + (recorded ? 16.0 * static_cast<double>(layer_rows) : 0.0);
+  }
+};
+
 // Thread-safety of the passes below: each runs its own parallel region over `num_threads`
 // threads and must not run concurrently with anything else touching the layer.
 
@@ -66,7 +79,7 @@ void adam_row_reference(float* w, float* m, float* v, float* g, int64_t n, const
 // gradient from them and updates it, in ascending row order; then layer 0's biases from
 // the samples' output deltas. Results do not depend on num_threads. `scratch` holds one
 // workspace per thread (its grad_row and adam_rows are used); vec_ptrs is reused scratch.
-void adam_step_recorded(Layer& L, const std::vector<std::unique_ptr<SampleRecord>>& records, int64_t b,
+AdamPassStats adam_step_recorded(Layer& L, const std::vector<std::unique_ptr<SampleRecord>>& records, int64_t b,
                         const AdamStep& sw, const AdamStep& sb,
                         const std::vector<std::unique_ptr<SampleWorkspace>>& scratch,
                         std::vector<const float*>& vec_ptrs, int num_threads);
@@ -74,7 +87,7 @@ void adam_step_recorded(Layer& L, const std::vector<std::unique_ptr<SampleRecord
 // The batch step of a lock-free layer (records == false): every row (all_rows) or the rows
 // the workspaces' touched lists name, from the layer's gradient buffers, which it leaves zero
 // (and the markers and lists cleared).
-void adam_step_buffered(Layer& L, const AdamStep& sw, const AdamStep& sb,
+AdamPassStats adam_step_buffered(Layer& L, const AdamStep& sw, const AdamStep& sb,
                         const std::vector<std::unique_ptr<SampleWorkspace>>& workspaces, int num_threads);
 
 // Drops the gradients a failed or interrupted batch left in a lock-free layer's buffers

@@ -31,4 +31,19 @@ constexpr int64_t kMaxBatchFloats = int64_t(1) << 26;
 // composition either way, never on the thread count.
 constexpr int64_t kInBatchWidth = 2;
 
+// Shared in-batch negatives (Network::set_shared_negatives, auto): a hash-sampled output layer
+// of at least this many neurons that takes in-batch negatives (kInBatchWidth) and reads a hidden
+// layer scores the negatives its samples share, the batch's labels and one uniform fill of
+// min_active neurons, as one block per batch (trainer_shared.cpp); each sample still scores its
+// own labels and hash candidates among scattered rows. Narrower layers train per sample as before.
+constexpr int64_t kSharedNegativesWidth = 65536;
+
+// Spread table rebuilds (Network::set_rebuild_spread, auto): an LSH layer of at least this many
+// rows (neurons) rebuilds its tables over min(kMaxRebuildSpread, rebuild_first / 2) batches
+// instead of stalling one batch for the whole rebuild; a smaller layer rebuilds at once.
+// Measured on the amazon-670k shape (670,091 rows of 128, DWTA K=8 L=50, 2 threads): an
+// at-once rebuild stalled its batch for seconds.
+constexpr int64_t kSpreadRebuildRows = int64_t(1) << 17;
+constexpr int64_t kMaxRebuildSpread = 64;
+
 }  // namespace slide

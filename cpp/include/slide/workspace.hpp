@@ -15,6 +15,7 @@
 
 #include "slide/hash.hpp"
 #include "slide/layer.hpp"
+#include "slide/profile.hpp"
 
 namespace slide {
 
@@ -37,6 +38,8 @@ struct SampleWorkspace {
   std::vector<std::pair<float, int32_t>> heap;  // predict: top-k candidates
   std::vector<float> grad_row;                  // optimizer: one row's gradient
   std::vector<int32_t> adam_rows;               // optimizer: touched rows of one block
+  // The profiler slot of the thread running this workspace (profile.hpp); null when off.
+  PhaseCounters* prof = nullptr;
 
   size_t bytes() const;
 };

@@ -244,6 +244,52 @@ struct ShardBatch {
   std::vector<int32_t> y_indices;
 };
 
+// The batch state of the shared-negatives trainer (trainer_shared.cpp; kept between batches for its capacity).
+struct SharedBlock {
+  std::vector<std::unique_ptr<SampleWorkspace>> ws;  // per batch position
+  std::vector<uint8_t> has_labels;                   // per sample
+  std::vector<int32_t> set;                          // S: the batch's labels, then the fill
+  int64_t n_labels = 0;                              // batch labels at the front of S
+  std::vector<uint8_t> mark;                         // per output neuron: in S (zero between batches)
+  std::vector<float> weights;                        // S's weight rows gathered, |S| x d
+  std::vector<float> bias;                           // S's biases
+  std::vector<float> H;                              // the batch's output-layer inputs, b x d
+  std::vector<float> Z;                              // b x |S|: logits, then dL/dz
+  std::vector<std::vector<float>> grad;              // per thread: kGradRows x d
+
+  size_t bytes() const {
+    size_t n = has_labels.capacity() + set.capacity() * 4 + mark.capacity() +
+               (weights.capacity() + bias.capacity() + H.capacity() + Z.capacity()) * sizeof(float);
+    for (const auto& g : grad) n += g.capacity() * sizeof(float);
+    for (const auto& w : ws) n += w->bytes();
+    return n;
+  }
+};
+
+// Its bytes (0 for null).
+size_t shared_block_bytes(const SharedBlock* s);
+
+// Lends a thread workspace's O(neurons) scratch (samplers, bucket ids, lock-free row lists)
+// and its profiler slot to a sample's workspace for one phase (trainers that keep a
+// workspace per batch position between phases).
+class Borrow {
+ public:
+  Borrow(SampleWorkspace& sample, SampleWorkspace& thread) : a_(sample), b_(thread) { swap(); }
+  ~Borrow() { swap(); }
+  Borrow(const Borrow&) = delete;
+  Borrow& operator=(const Borrow&) = delete;
+
+ private:
+  void swap() {
+    std::swap(a_.samplers, b_.samplers);
+    std::swap(a_.buckets, b_.buckets);
+    std::swap(a_.touched, b_.touched);
+    std::swap(a_.prof, b_.prof);
+  }
+  SampleWorkspace& a_;
+  SampleWorkspace& b_;
+};
+
 // Marks row r of a lock-free layer as touched by this batch; exactly one thread lists it.
 inline void mark_row(Layer& L, int32_t r, std::vector<int32_t>& list) {
   uint8_t* m = L.row_touched.data() + r;

@@ -10,9 +10,13 @@ namespace slide {
 LayerInput forward_hidden(const std::vector<Layer>& layers, SampleWorkspace& ws, const Kernels& kr,
                           const SparseRow& x, bool use_lsh, float dropout, Rng& rng, const Rng* shared_fill) {
   const int nl = static_cast<int>(layers.size());
+  PhaseTimer timer(ws.prof, Phase::Forward);
   for (int l = 0; l + 1 < nl; ++l) {
     const Layer& L = layers[l];
     std::vector<float>& z = ws.out[l];
+    if (ws.prof)
+      timer.add_bytes(L.sparse_input ? static_cast<double>(x.nnz) * static_cast<double>(L.row_len) * 4.0
+                                     : static_cast<double>(L.out_dim) * static_cast<double>(L.row_len) * 4.0);
     if (L.sparse_input) {
       z.assign(L.bias.data(), L.bias.data() + L.out_dim);
       for (int64_t k = 0; k < x.nnz; ++k)
@@ -56,6 +60,7 @@ LayerInput forward_hidden(const std::vector<Layer>& layers, SampleWorkspace& ws,
 void backward_hidden(std::vector<Layer>& layers, SampleWorkspace& ws, SampleRecord& rec, const Kernels& kr,
                      const SparseRow& x, float dropout) {
   const int nl = static_cast<int>(layers.size());
+  PhaseTimer timer(ws.prof, Phase::Backward);
   for (int l = nl - 2; l >= 0; --l) {
     Layer& L = layers[l];
     std::vector<float>& dl = ws.delta[l];

@@ -48,6 +48,16 @@ Network::Network(const NetworkSpec& spec, OutputShard shard) : spec_(spec) {
     has_lsh_ = has_lsh_ || L.lsh();
     init_weights(L, stream_seed(spec_.seed, kInitSalt, static_cast<uint64_t>(i)), threads_, last ? shard.begin : 0,
                  last ? full_out : -1);
+    // The Adam moments are zero pages the kernel has not mapped yet: a batch's sparse update
+    // touches rows all over them, so the first batches paid for faulting in the whole arrays
+    // (seconds on a 670K x 128 layer). Touch them here, in parallel, once.
+    for (AlignedBuffer<float>* a : {&L.weight_m, &L.weight_v}) {
+      float* p = a->data();
+      const int64_t n = static_cast<int64_t>(a->size());
+      constexpr int64_t kPage = 1024;  // floats per 4 KiB page
+#pragma omp parallel for num_threads(threads_) schedule(static) if (n > kParallelWork)
+      for (int64_t k = 0; k < n; k += kPage) p[k] = 0.0f;
+    }
   }
   // Rough multiply-adds per sample (forward and backward), to decide when to go parallel.
   sample_work_ = 0;
@@ -137,6 +147,7 @@ void Network::rebuild_tables() {
 }
 
 void Network::rebuild_tables_locked() {
+  // At once, for every layer (a spread rebuild in progress is dropped: build() replaces it).
   for (Layer& L : layers_) {
     if (!L.lsh()) continue;
     L.tables->build(*L.hash, L.weight.data(), L.rows, L.row_len, threads_,
@@ -145,11 +156,111 @@ void Network::rebuild_tables_locked() {
   predict_cache_->invalidate();
 }
 
+namespace {
+// Bytes an at-once rebuild of L moves: every weight row read, each table's bucket ids written,
+// sorted (two radix passes over key and item) and stored.
+double rebuild_bytes(const Layer& L) {
+  const double rows = static_cast<double>(L.rows);
+  return rows * static_cast<double>(L.row_len) * 4.0 + rows * static_cast<double>(L.spec.lsh.L) * 4.0 * 10.0;
+}
+}  // namespace
+
+int64_t Network::spread_for(const Layer& L) const noexcept {
+  int64_t n = rebuild_spread_;
+  if (n == 0)
+    n = L.rows >= kSpreadRebuildRows ? std::min<int64_t>(kMaxRebuildSpread, spec_.rebuild_first / 2) : 1;
+  // Done before the next rebuild is due (the schedule's gaps are at least rebuild_first).
+  return std::max<int64_t>(1, std::min<int64_t>(n, spec_.rebuild_first));
+}
+
+void Network::start_scheduled_rebuild() {
+  PhaseCounters* prof = profiler_.serial();
+  for (Layer& L : layers_) {
+    if (!L.lsh()) continue;
+    // A spread rebuild still running (only when the schedule was changed under it) finishes first.
+    while (L.tables->rebuild_pending() && !L.tables->rebuild_step(*L.hash, L.weight.data(), threads_)) {
+    }
+    const int64_t n = spread_for(L);
+    if (prof) prof->bytes[static_cast<int>(Phase::Rebuild)] += rebuild_bytes(L) / static_cast<double>(n);
+    L.tables->begin_rebuild(*L.hash, L.rows, L.row_len, static_cast<int>(n),
+                            stream_seed(spec_.seed, kTableSalt, static_cast<uint64_t>(L.index), static_cast<uint64_t>(step_)));
+    L.tables->rebuild_step(*L.hash, L.weight.data(), threads_);
+  }
+  predict_cache_->invalidate();
+}
+
+void Network::advance_rebuilds() {
+  PhaseCounters* prof = profiler_.serial();
+  for (Layer& L : layers_) {
+    if (!L.lsh() || !L.tables->rebuild_pending()) continue;
+    if (prof) prof->bytes[static_cast<int>(Phase::Rebuild)] += rebuild_bytes(L) / static_cast<double>(spread_for(L));
+    if (L.tables->rebuild_step(*L.hash, L.weight.data(), threads_)) predict_cache_->invalidate();
+  }
+}
+
+void Network::cancel_rebuilds() {
+  for (Layer& L : layers_)
+    if (L.lsh()) L.tables->cancel_rebuild();
+}
+
+void Network::set_rebuild_spread(int64_t batches) {
+  if (batches < 0)
+    throw InvalidArgument("rebuild_spread: must be >= 0 (0 = auto, 1 = at once), got " + std::to_string(batches));
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  rebuild_spread_ = batches;
+}
+
+int64_t Network::rebuild_batches(int layer) const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  if (layer < 0 || layer >= static_cast<int>(layers_.size()) || !layers_[layer].lsh())
+    throw InvalidArgument("layer " + std::to_string(layer) + " does not sample by LSH");
+  return spread_for(layers_[layer]);
+}
+
+bool Network::rebuild_pending() const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  for (const Layer& L : layers_)
+    if (L.lsh() && L.tables->rebuild_pending()) return true;
+  return false;
+}
+
+// ------------------------------------------------------------------ profiling
+
+void Network::set_profiling(bool on) {
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  profiler_.ensure_threads(threads_);
+  profiler_.set_enabled(on);
+}
+
+bool Network::profiling() const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  return profiler_.enabled();
+}
+
+ProfileReport Network::profile() const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  return profiler_.report();
+}
+
+void Network::reset_profile() {
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  profiler_.reset();
+}
+
+void Network::add_profile_time(Phase p, double seconds, double bytes) {
+  if (static_cast<int>(p) < 0 || static_cast<int>(p) >= kPhases) throw InvalidArgument("add_profile_time: unknown phase");
+  if (!(seconds >= 0.0) || !(bytes >= 0.0))
+    throw InvalidArgument("add_profile_time: seconds and bytes must be >= 0");
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  if (profiler_.enabled()) profiler_.add_time(p, seconds, bytes);
+}
+
 void Network::set_step(int64_t step) {
   if (step < 0) throw InvalidArgument("step: must be >= 0, got " + std::to_string(step));
   std::unique_lock<std::shared_mutex> lock(mutex_);
   step_ = step;
   next_rebuild_ = has_lsh_ ? schedule_after(step) : -1;
+  cancel_rebuilds();  // it was begun for another position of the schedule
 }
 
 void Network::set_label_frequencies(const float* freq, int64_t n) {

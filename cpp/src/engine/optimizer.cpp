@@ -50,6 +50,9 @@ struct AdamArrays {
 // touched rows, then updates them in ascending order with the next rows' arrays prefetched
 // (touched rows are sparse in a matrix far larger than the caches).
 constexpr int64_t kRowBlock = 4096;
+// Rows ahead whose weights and moments are prefetched (each row is 3 x row_len floats in
+// three arrays: enough lines in flight to cover the memory latency of scattered rows).
+constexpr size_t kAdamPrefetch = 4;
 
 // The one blocking routine of both passes: update(r, scratch) for every row r of `a` with
 // touched(r), in parallel over blocks of rows when `parallel`.
@@ -70,8 +73,8 @@ void for_each_touched_row(const AdamArrays& a, const std::vector<std::unique_ptr
         if (touched(r)) todo.push_back(static_cast<int32_t>(r));
       const size_t nt = todo.size();
       for (size_t q = 0; q < nt; ++q) {
-        if (q + 2 < nt) {
-          const int64_t off = static_cast<int64_t>(todo[q + 2]) * len;
+        if (q + kAdamPrefetch < nt) {
+          const int64_t off = static_cast<int64_t>(todo[q + kAdamPrefetch]) * len;
           prefetch_row(a.w + off, len);
           prefetch_row(a.m + off, len);
           prefetch_row(a.v + off, len);
@@ -84,7 +87,7 @@ void for_each_touched_row(const AdamArrays& a, const std::vector<std::unique_ptr
 
 }  // namespace
 
-void adam_step_recorded(Layer& L, const std::vector<std::unique_ptr<SampleRecord>>& records, int64_t b,
+AdamPassStats adam_step_recorded(Layer& L, const std::vector<std::unique_ptr<SampleRecord>>& records, int64_t b,
                         const AdamStep& sw, const AdamStep& sb,
                         const std::vector<std::unique_ptr<SampleWorkspace>>& scratch,
                         std::vector<const float*>& vec_ptrs, int num_threads) {
@@ -94,10 +97,12 @@ void adam_step_recorded(Layer& L, const std::vector<std::unique_ptr<SampleRecord
   // samples in batch order, so each row's gradient is summed in a fixed order.
   int32_t* end = L.row_end.data();
   int64_t entries = 0;
+  AdamPassStats stats;
   for (int64_t s = 0; s < b; ++s)
     for (int32_t r : records[s]->rows[li]) ++end[r];
   for (int64_t r = 0; r < L.rows; ++r) {
     const int32_t c = end[r];
+    stats.rows += c != 0;
     end[r] = static_cast<int32_t>(entries);
     entries += c;
   }
@@ -146,27 +151,32 @@ void adam_step_recorded(Layer& L, const std::vector<std::unique_ptr<SampleRecord
       if (!records[s]->vec[li].empty()) kr.axpy(1.0f, vecs[s], g, L.out_dim);
     for (int64_t j = 0; j < L.out_dim; ++j) adam_scalar(a.bias[j], a.bm[j], a.bv[j], g[j], sb);
   }
+  stats.entries = entries;
+  return stats;
 }
 
-void adam_step_buffered(Layer& L, const AdamStep& sw, const AdamStep& sb,
+AdamPassStats adam_step_buffered(Layer& L, const AdamStep& sw, const AdamStep& sb,
                         const std::vector<std::unique_ptr<SampleWorkspace>>& workspaces, int num_threads) {
   const Kernels& kr = kernels();
   const AdamArrays a(L);
   float* G = L.weight_grad.data();
   float* bg = L.bias_grad.data();
   const int64_t len = a.len;
+  AdamPassStats stats;
   auto update = [&](int64_t r) {
     kr.adam(a.w + r * len, a.m + r * len, a.v + r * len, G + r * len, len, sw);
     if (a.row_bias) adam_scalar(a.bias[r], a.bm[r], a.bv[r], bg[r], sb);
   };
   if (L.all_rows) {
     const int64_t n = a.rows;
+    stats.rows = n;
 #pragma omp parallel for num_threads(num_threads) schedule(static) if (n * len > kParallelWork)
     for (int64_t r = 0; r < n; ++r) update(r);
   } else {
     uint8_t* mk = L.row_touched.data();
     size_t total = 0;
     for (auto& ws : workspaces) total += ws->touched[L.index].size();
+    stats.rows = static_cast<int64_t>(total);
     if (static_cast<int64_t>(total) * 16 >= a.rows) {
       // Many rows touched: scan the markers instead of the lists, so the arrays are walked
       // in ascending order (hardware prefetch) rather than at random.
@@ -200,6 +210,7 @@ void adam_step_buffered(Layer& L, const AdamStep& sw, const AdamStep& sb,
 #pragma omp parallel for num_threads(num_threads) schedule(static) if (n > kParallelWork)
     for (int64_t j = 0; j < n; ++j) adam_scalar(a.bias[j], a.bm[j], a.bv[j], bg[j], sb);
   }
+  return stats;
 }
 
 void discard_buffered_gradients(Layer& L, const std::vector<std::unique_ptr<SampleWorkspace>>& workspaces) {

@@ -28,10 +28,19 @@ void select_output(const Layer& out, SampleWorkspace& ws, const LayerInput& in, 
     ws.filled = 0;
     return;
   }
-  out.hash->hash_dense(in.dense, ws.buckets.data());
+  {
+    PhaseTimer timer(ws.prof, Phase::Hashing, static_cast<double>(out.in_dim + out.hash->num_tables()) * 4.0);
+    out.hash->hash_dense(in.dense, ws.buckets.data());
+  }
+  PhaseTimer timer(ws.prof, Phase::Selection);
   ActiveSetSampler& sampler = *ws.samplers[l];
   sampler.select(*out.tables, ws.buckets.data(), forced, n_forced, sel, rng, ws.active[l], range.begin, range.end);
   ws.filled = sampler.filled();
+  // A bucket lookup and its entries, then one scattered slot line per candidate and per
+  // forced or filled neuron, and the active list.
+  timer.add_bytes(static_cast<double>(out.hash->num_tables()) * 64.0 + static_cast<double>(sampler.visited()) * 4.0 +
+                  static_cast<double>(sampler.candidates() + n_forced + ws.filled) * 64.0 +
+                  static_cast<double>(ws.active[l].size()) * 4.0);
 }
 
 void output_logits(const Layer& out, SampleWorkspace& ws, const Kernels& kr, const LayerInput& in,
@@ -40,6 +49,14 @@ void output_logits(const Layer& out, SampleWorkspace& ws, const Kernels& kr, con
   std::vector<float>& z = ws.out[l];
   const float* W = out.weight.data();
   const float* b = out.bias.data();
+  PhaseTimer timer(ws.prof, Phase::Forward);
+  if (ws.prof) {
+    const double rows = out.sparse_input ? static_cast<double>(in.sparse.nnz)
+                        : sampled(out, use_lsh) ? static_cast<double>(ws.active[l].size())
+                                                : static_cast<double>(range.size());
+    const double len = out.sparse_input ? static_cast<double>(range.size()) : static_cast<double>(out.row_len);
+    timer.add_bytes(rows * (len * 4.0 + 64.0));  // each row and its bias line
+  }
   if (out.sparse_input) {
     // The network's only layer: rows are features, columns the neurons of the range.
     const SparseRow& x = in.sparse;
@@ -71,6 +88,7 @@ SoftmaxStats partial_softmax(SampleWorkspace& ws) {
   const std::vector<float>& z = ws.out.back();
   std::vector<float>& d = ws.delta.back();
   const size_t m = z.size();
+  PhaseTimer timer(ws.prof, Phase::Softmax, static_cast<double>(m) * 8.0);
   d.resize(m);
   SoftmaxStats s;
   if (m == 0) return s;
@@ -171,6 +189,7 @@ float normalise_output(const Layer& out, SampleWorkspace& ws, const SoftmaxStats
   const std::vector<float>& z = ws.out.back();
   std::vector<float>& d = ws.delta.back();
   const size_t m = d.size();
+  PhaseTimer timer(ws.prof, Phase::Softmax, static_cast<double>(m) * 8.0);
   if (out.spec.activation == Activation::Sigmoid)
     return sampled(out, use_lsh) ? binary_output_sampled(out, ws, range, inv_b) : binary_output(ws, range, inv_b);
   if (m > 0 && local.max != global.max) {
@@ -208,6 +227,7 @@ void output_backward(Layer& out, SampleWorkspace& ws, SampleRecord& rec, const K
                      bool use_lsh, NeuronRange range) {
   const size_t l = static_cast<size_t>(out.index);
   const std::vector<float>& d = ws.delta[l];
+  PhaseTimer timer(ws.prof, Phase::Backward, static_cast<double>(d.size()) * 8.0);
   float* Wg = out.weight_grad.data();
   float* bg = out.bias_grad.data();
   if (out.sparse_input) {
@@ -266,6 +286,7 @@ void output_input_gradient(const Layer& out, const SampleWorkspace& ws, const Ke
   const std::vector<float>& d = ws.delta[l];
   const float* W = out.weight.data();
   const int64_t len = out.row_len;
+  PhaseTimer timer(ws.prof, Phase::Backward, static_cast<double>(d.size()) * static_cast<double>(len) * 4.0);
   if (sampled(out, use_lsh)) {
     const std::vector<int32_t>& A = ws.active[l];
     const size_t na = A.size();

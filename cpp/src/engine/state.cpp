@@ -48,6 +48,7 @@ MemoryReport Network::memory_report() const {
     r.scratch_per_thread = std::max(r.scratch_per_thread, b);
   }
   r.scratch += predict_cache_->bytes();
+  r.scratch += shared_block_bytes(shared_.get());  // the shared-negatives trainer's batch block
   // Per-sample gradient records of the last batch: O(batch x active).
   for (const auto& rec : records_) r.gradients += rec->bytes();
   if (batch_) {
@@ -75,7 +76,7 @@ LshTablesState Network::table_state(int layer) const {
 
 void Network::set_table_state(int layer, const LshTablesState& state) {
   std::unique_lock<std::shared_mutex> lock(mutex_);
-  lsh_layer(layers_, layer).tables->import_state(state);
+  lsh_layer(layers_, layer).tables->import_state(state);  // drops a spread rebuild in progress
   predict_cache_->invalidate();
 }
 

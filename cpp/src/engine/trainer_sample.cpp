@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <mutex>
 #include <string>
@@ -72,8 +73,16 @@ float Network::train_batch(const CsrView& x, const CsrView& y, const int64_t* ro
   // lr = 0 is allowed: a schedule may decay the rate to nothing (moments still advance).
   if (!(lr >= 0.0f) || !std::isfinite(lr)) throw InvalidArgument("lr: must be >= 0 and finite, got " + std::to_string(lr));
   ensure_records(b);
-  if (batched_for(b)) return train_batch_layerwise(x, y, rows, b, lr);
-  return train_batch_samples(x, y, rows, b, lr);
+  auto run = [&] {
+    if (batched_for(b)) return train_batch_layerwise(x, y, rows, b, lr);
+    if (uses_shared_negatives()) return train_batch_shared(x, y, rows, b, lr);
+    return train_batch_samples(x, y, rows, b, lr);
+  };
+  if (!profiler_.enabled()) return run();
+  const auto t0 = std::chrono::steady_clock::now();
+  const float loss = run();
+  profiler_.end_batch(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), b, step_);
+  return loss;
 }
 
 void Network::ensure_records(int64_t b) {
@@ -86,8 +95,11 @@ float Network::train_batch_samples(const CsrView& x, const CsrView& y, const int
   const float inv_b = 1.0f / static_cast<float>(b);
   const float dropout = spec_.dropout;
   const Rng shared_fill(stream_seed(spec_.seed, kFillSalt, static_cast<uint64_t>(t)));
-  collect_batch_negatives(layers_.back(), y, rows, b, label_freq_,
-                          stream_seed(spec_.seed, kFillSalt, static_cast<uint64_t>(t), 1), negatives_);
+  {
+    PhaseTimer timer(profiler_.serial(), Phase::Selection);
+    collect_batch_negatives(layers_.back(), y, rows, b, label_freq_,
+                            stream_seed(spec_.seed, kFillSalt, static_cast<uint64_t>(t), 1), negatives_);
+  }
   // One parallel region per batch (barriers are costly when cores are shared); the calling
   // thread polls for Ctrl-C between its samples.
   InterruptPoller poller;
@@ -95,9 +107,13 @@ float Network::train_batch_samples(const CsrView& x, const CsrView& y, const int
   double total = 0.0;
   std::vector<Layer>& layers = layers_;
   const BatchNegatives& negatives = negatives_;
+  int team = 1;
 #pragma omp parallel num_threads(threads_) reduction(+ : total) if (b * sample_work_ > kParallelWork)
   {
     SampleWorkspace& ws = *workspaces_[omp_get_thread_num()];
+    ws.prof = profiler_.slot(omp_get_thread_num());
+#pragma omp master
+    team = omp_get_num_threads();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < b; ++i) {
       if (catcher.failed() || poller.should_stop()) continue;
@@ -108,6 +124,7 @@ float Network::train_batch_samples(const CsrView& x, const CsrView& y, const int
       });
     }
   }
+  if (profiler_.enabled()) profiler_.fold(team);
   const bool failed = catcher.failed() || poller.stopped();
   if (failed)
     for (Layer& L : layers_) discard_buffered_gradients(L, workspaces_);
@@ -116,9 +133,13 @@ float Network::train_batch_samples(const CsrView& x, const CsrView& y, const int
   // The update: one fused sparse Adam pass per layer over the rows the batch touched.
   const AdamStep sw = make_adam_step(spec_.adam, lr, t, true);
   const AdamStep sb = make_adam_step(spec_.adam, lr, t, false);
-  for (Layer& L : layers_) {
-    if (L.records) adam_step_recorded(L, records_, b, sw, sb, workspaces_, vec_ptrs_, threads_);
-    else adam_step_buffered(L, sw, sb, workspaces_, threads_);
+  {
+    PhaseTimer timer(profiler_.serial(), Phase::Adam);
+    for (Layer& L : layers_) {
+      const AdamPassStats st = L.records ? adam_step_recorded(L, records_, b, sw, sb, workspaces_, vec_ptrs_, threads_)
+                                         : adam_step_buffered(L, sw, sb, workspaces_, threads_);
+      timer.add_bytes(st.bytes(L.row_len, L.rows, L.records));
+    }
   }
   finish_step(t);
   return static_cast<float>(total / static_cast<double>(b));
@@ -126,8 +147,13 @@ float Network::train_batch_samples(const CsrView& x, const CsrView& y, const int
 
 void Network::finish_step(int64_t t) {
   step_ = t;
-  if (has_lsh_ && step_ >= next_rebuild_) {
-    rebuild_tables_locked();
+  if (!has_lsh_) return;
+  PhaseTimer timer(profiler_.serial(), Phase::Rebuild);
+  // A spread rebuild (set_rebuild_spread) does its share of this batch; then a scheduled one
+  // starts (at once, or its first share).
+  advance_rebuilds();
+  if (step_ >= next_rebuild_) {
+    start_scheduled_rebuild();
     next_rebuild_ = schedule_after(step_);
   }
 }

@@ -33,28 +33,6 @@
 
 namespace slide {
 
-namespace {
-
-// Lends a thread workspace's O(neurons) scratch to a sample's workspace for one phase.
-class Borrow {
- public:
-  Borrow(SampleWorkspace& sample, SampleWorkspace& thread) : a_(sample), b_(thread) { swap(); }
-  ~Borrow() { swap(); }
-  Borrow(const Borrow&) = delete;
-  Borrow& operator=(const Borrow&) = delete;
-
- private:
-  void swap() {
-    std::swap(a_.samplers, b_.samplers);
-    std::swap(a_.buckets, b_.buckets);
-    std::swap(a_.touched, b_.touched);
-  }
-  SampleWorkspace& a_;
-  SampleWorkspace& b_;
-};
-
-}  // namespace
-
 int64_t Network::shard_dh_dim() const noexcept {
   const Layer& out = layers_.back();
   return out.sparse_input ? 0 : out.in_dim;

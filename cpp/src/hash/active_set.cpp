@@ -23,6 +23,8 @@ constexpr int kPrefetch = 16;    // candidate visits between a slot's prefetch a
 struct ActiveSetSampler::Impl {
   int64_t num_items = 0;
   int64_t filled = 0;  // random-fill neurons added by the last call
+  int64_t visited = 0;  // bucket entries the last call visited
+  int64_t n_candidates = 0;  // distinct neurons among them
   uint32_t epoch = 0;
   // Per neuron, stamp == epoch: seen in the current call; count: tables it was found in
   // (kForced for forced ones). Kept side by side so a visit touches one cache line.
@@ -84,6 +86,7 @@ void ActiveSetSampler::select(const LshTables& tables, const uint32_t* buckets, 
   im.next_epoch();
   active.clear();
   im.filled = 0;
+  im.visited = 0;
 
   // 1. Forced neurons, in order, de-duplicated; always kept.
   for (int f = 0; f < n_forced; ++f) {
@@ -106,6 +109,7 @@ void ActiveSetSampler::select(const LshTables& tables, const uint32_t* buckets, 
   if (buckets != nullptr) {
     for (int t = 0; t < L; ++t) {
       const auto b = tables.bucket(t, buckets[t]);
+      im.visited += b.second;
       for (int k = 0; k < b.second; ++k) {
         // Slots of a large layer live outside the caches: request a few visits ahead.
         if (k + kPrefetch < b.second) __builtin_prefetch(&im.slots[b.first[k + kPrefetch]], 1);
@@ -121,6 +125,8 @@ void ActiveSetSampler::select(const LshTables& tables, const uint32_t* buckets, 
       }
     }
   }
+
+  im.n_candidates = static_cast<int64_t>(im.candidates.size());
 
   // Keeps `want` of pool[first, end) chosen uniformly (partial Fisher-Yates, moved to the front
   // of that range) and appends them to active.
@@ -209,5 +215,7 @@ void ActiveSetSampler::select(const LshTables& tables, const uint32_t* buckets, 
 }
 
 int64_t ActiveSetSampler::filled() const noexcept { return impl_->filled; }
+int64_t ActiveSetSampler::visited() const noexcept { return impl_->visited; }
+int64_t ActiveSetSampler::candidates() const noexcept { return impl_->n_candidates; }
 
 }  // namespace slide

@@ -5,11 +5,13 @@
 // with the item count, and through an open-addressing map sized to the occupied buckets
 // otherwise, so memory stays proportional to num_items x L whatever range_pow is.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "slide/common.hpp"
 #include "slide/hash.hpp"
+#include "slide/memory.hpp"
 #include "slide/random.hpp"
 
 namespace slide {
@@ -66,15 +68,35 @@ void radix_sort(BuildScratch& s, int64_t n, int range_pow) {
 
 }  // namespace
 
+// Share of a spread rebuild's steps that hash rows (the rest build tables): on the
+// amazon-670k shape (670,091 rows of 128, DWTA K=8 L=50, 1 thread) hashing the rows took 3.5 s
+// and building the 50 tables 1.8 s, so about this share keeps the steps even.
+constexpr double kHashShare = 0.65;
+constexpr int64_t kHashChunk = 256;  // rows hashed (and transposed) together
+
+// A rebuild in progress (begin_rebuild .. the rebuild_step that completes it).
+struct PendingBuild {
+  bool active = false;
+  int64_t num_rows = 0, stride = 0;
+  uint64_t seed = 0;
+  int steps = 1, done = 0;        // calls planned and made
+  int hash_steps = 1;             // the first hash_steps calls hash rows (all of them when steps == 1)
+  // Bucket ids, table-major: ids[t * num_rows + i]. Zero pages from the allocator, faulted in
+  // by the steps that hash into them, so beginning a rebuild costs nothing.
+  AlignedBuffer<uint32_t> ids;
+  std::vector<Table> tables;      // the new tables, built table by table
+};
+
 struct LshTables::Impl {
   LshParams params;
   int range_pow = 0;
   int64_t num_items = 0;
   int64_t built_rows = -1;  // rows of the last build (-1 before the first)
   std::vector<Table> tables;
+  PendingBuild pending;
 
-  // Builds table t from the bucket ids of all rows (col[i] for row i).
-  void build_table(int t, const uint32_t* col, int64_t n, uint64_t seed, BuildScratch& s) {
+  // Builds table `tab` (number t) from the bucket ids of all rows (col[i] for row i).
+  void build_table(int t, Table& tab, const uint32_t* col, int64_t n, uint64_t seed, BuildScratch& s) {
     const int cap = params.bucket_capacity;
     s.key.resize(n);
     s.key_tmp.resize(n);
@@ -88,7 +110,6 @@ struct LshTables::Impl {
     for (int64_t i = 0; i < n; ++i) s.key[i] = col[s.item[i]];
     radix_sort(s, n, range_pow);  // stable: within a bucket, insertion order is kept
 
-    Table& tab = tables[t];
     tab = Table{};
     s.run_keys.clear();
     s.run_offsets.clear();
@@ -171,6 +192,15 @@ LshTables& LshTables::operator=(LshTables&&) noexcept = default;
 
 void LshTables::build(const HashFunction& h, const float* rows, int64_t num_rows, int64_t stride,
                       int num_threads, uint64_t seed) {
+  begin_rebuild(h, num_rows, stride, 1, seed);
+  if (num_rows > 0 && rows == nullptr) {
+    cancel_rebuild();
+    throw InvalidArgument("rows is null");
+  }
+  rebuild_step(h, rows, num_threads);
+}
+
+void LshTables::begin_rebuild(const HashFunction& h, int64_t num_rows, int64_t stride, int steps, uint64_t seed) {
   Impl& im = *impl_;
   const int L = im.params.L;
   if (h.num_tables() != L || h.range_pow() != im.range_pow)
@@ -183,42 +213,99 @@ void LshTables::build(const HashFunction& h, const float* rows, int64_t num_rows
   if (stride < h.dim())
     throw InvalidArgument("row stride " + std::to_string(stride) + " is smaller than the hash dimension " +
                           std::to_string(h.dim()));
+  if (steps < 1) throw InvalidArgument("steps=" + std::to_string(steps) + " must be >= 1");
+  PendingBuild& pb = im.pending;
+  pb.active = true;
+  pb.num_rows = num_rows;
+  pb.stride = stride;
+  pb.seed = seed;
+  pb.steps = steps;
+  pb.done = 0;
+  pb.hash_steps = steps == 1 ? 1 : std::min(steps - 1, std::max(1, static_cast<int>(std::lround(steps * kHashShare))));
+  // Bucket ids stored table-major so that building a table reads one contiguous column.
+  pb.ids = AlignedBuffer<uint32_t>(static_cast<size_t>(num_rows) * L);
+  pb.tables.assign(static_cast<size_t>(L), Table{});
+}
+
+bool LshTables::rebuild_step(const HashFunction& h, const float* rows, int num_threads) {
+  Impl& im = *impl_;
+  PendingBuild& pb = im.pending;
+  if (!pb.active) throw InvalidArgument("rebuild_step: no rebuild in progress (begin_rebuild first)");
+  const int L = im.params.L;
+  const int64_t num_rows = pb.num_rows, stride = pb.stride;
   if (num_rows > 0 && rows == nullptr) throw InvalidArgument("rows is null");
   const int nt = resolve_threads(num_threads);
-
-  // Bucket ids stored table-major (ids[t * num_rows + i]) so that building a table reads one
-  // contiguous column; rows are hashed in chunks and each chunk is transposed while in cache.
-  std::vector<uint32_t> ids(static_cast<size_t>(num_rows) * L);
-  constexpr int64_t kChunk = 256;
-  const int64_t n_chunks = (num_rows + kChunk - 1) / kChunk;
+  const int k = pb.done;
+  // This call's share: chunks of rows to hash, then tables to build (steps == 1: all of both).
+  const int64_t n_chunks = (num_rows + kHashChunk - 1) / kHashChunk;
+  int64_t c0 = 0, c1 = 0;
+  int t0 = 0, t1 = 0;
+  if (pb.steps == 1) {
+    c1 = n_chunks;
+    t1 = L;
+  } else if (k < pb.hash_steps) {
+    c0 = n_chunks * k / pb.hash_steps;
+    c1 = n_chunks * (k + 1) / pb.hash_steps;
+  } else {
+    const int table_steps = pb.steps - pb.hash_steps, j = k - pb.hash_steps;
+    t0 = static_cast<int>(static_cast<int64_t>(L) * j / table_steps);
+    t1 = static_cast<int>(static_cast<int64_t>(L) * (j + 1) / table_steps);
+  }
   ExceptionCatcher catcher;
+  if (c1 > c0) {
+    // Rows are hashed in chunks and each chunk is transposed into the columns while in cache.
 #pragma omp parallel num_threads(nt)
-  {
-    std::vector<uint32_t> buf(static_cast<size_t>(kChunk) * L);
+    {
+      std::vector<uint32_t> buf(static_cast<size_t>(kHashChunk) * L);
 #pragma omp for schedule(static)
-    for (int64_t c = 0; c < n_chunks; ++c) {
-      catcher.run([&] {
-        const int64_t r0 = c * kChunk, r1 = std::min(num_rows, r0 + kChunk);
-        for (int64_t i = r0; i < r1; ++i) h.hash_dense(rows + i * stride, buf.data() + (i - r0) * L);
-        for (int t = 0; t < L; ++t) {
-          uint32_t* col = ids.data() + static_cast<size_t>(t) * num_rows;
-          for (int64_t i = r0; i < r1; ++i) col[i] = buf[(i - r0) * L + t];
-        }
-      });
+      for (int64_t c = c0; c < c1; ++c) {
+        catcher.run([&] {
+          const int64_t r0 = c * kHashChunk, r1 = std::min(num_rows, r0 + kHashChunk);
+          for (int64_t i = r0; i < r1; ++i) h.hash_dense(rows + i * stride, buf.data() + (i - r0) * L);
+          for (int t = 0; t < L; ++t) {
+            uint32_t* col = pb.ids.data() + static_cast<size_t>(t) * num_rows;
+            for (int64_t i = r0; i < r1; ++i) col[i] = buf[(i - r0) * L + t];
+          }
+        });
+      }
     }
+    catcher.rethrow();
   }
-  catcher.rethrow();
-
-  // Tables are independent and seeded by (seed, table): the result does not depend on nt.
-#pragma omp parallel num_threads(std::min(nt, L))
-  {
-    BuildScratch scratch;
+  if (t1 > t0) {
+    // Tables are independent and seeded by (seed, table): the result does not depend on nt
+    // nor on which call builds which table.
+#pragma omp parallel num_threads(std::max(1, std::min(nt, t1 - t0)))
+    {
+      BuildScratch scratch;
 #pragma omp for schedule(dynamic, 1)
-    for (int t = 0; t < L; ++t)
-      catcher.run([&] { im.build_table(t, ids.data() + static_cast<size_t>(t) * num_rows, num_rows, seed, scratch); });
+      for (int t = t0; t < t1; ++t)
+        catcher.run([&] {
+          im.build_table(t, pb.tables[t], pb.ids.data() + static_cast<size_t>(t) * num_rows, num_rows, pb.seed,
+                         scratch);
+        });
+    }
+    catcher.rethrow();
   }
-  catcher.rethrow();
+  if (++pb.done < pb.steps) return false;
+  im.tables.swap(pb.tables);
   im.built_rows = num_rows;
+  cancel_rebuild();
+  return true;
+}
+
+bool LshTables::rebuild_pending() const noexcept { return impl_->pending.active; }
+
+int LshTables::rebuild_steps_left() const noexcept {
+  const PendingBuild& pb = impl_->pending;
+  return pb.active ? pb.steps - pb.done : 0;
+}
+
+void LshTables::cancel_rebuild() noexcept {
+  PendingBuild& pb = impl_->pending;
+  pb.active = false;
+  pb.done = 0;
+  pb.ids = AlignedBuffer<uint32_t>();
+  std::vector<Table>().swap(pb.tables);
 }
 
 std::pair<const int32_t*, int> LshTables::bucket(int t, uint32_t id) const {
@@ -250,6 +337,10 @@ int64_t LshTables::num_items() const noexcept { return impl_->num_items; }
 size_t LshTables::memory_bytes() const noexcept {
   size_t total = sizeof(Impl) + impl_->tables.capacity() * sizeof(Table);
   for (const Table& t : impl_->tables) total += t.bytes();
+  // A spread rebuild in progress holds the bucket ids and the new tables besides the old.
+  const PendingBuild& pb = impl_->pending;
+  total += pb.ids.bytes() + pb.tables.capacity() * sizeof(Table);
+  for (const Table& t : pb.tables) total += t.bytes();
   return total;
 }
 
@@ -360,6 +451,7 @@ void LshTables::import_state(const LshTablesState& s) {
   }
   im.tables.swap(tables);
   im.built_rows = s.num_rows;
+  cancel_rebuild();
 }
 
 }  // namespace slide
