@@ -47,6 +47,7 @@ def _engine_spec(cfg: Config, num_features: int) -> Dict[str, Any]:
             "bucket_capacity": lsh.bucket_capacity, "bucket_policy": lsh.bucket_policy, "bin_size": WTA_BIN_SIZE,
             "selection": lsh.selection, "threshold": lsh.threshold,
             "min_active": lsh.min_active, "max_active": lsh.max_active, "precision": layer.precision,
+            "negative_weight": float(lsh.negative_weight),
         })
     o, t = cfg.optimizer, cfg.training
     return {

@@ -66,14 +66,18 @@ class LshConfig:
     threshold: int = _f(2, "selection=threshold: minimum number of tables a neuron must appear in", min=1)
     min_active: int = _f(1000, "random neurons fill the active set up to this size", min=0)
     max_active: int = _f(4000, "active set is cut to this size (true labels always kept); 0 = no limit", min=0)
+    negative_weight: float = _f(1.0, "sigmoid output layer only: weight of each sampled negative in the "
+                                     "per-label binary loss (positives weigh 1); 0 = importance weights (each "
+                                     "random negative stands for all the labels it was drawn from)", min=0.0)
 
 
 @dataclass
 class LayerConfig:
     size: Optional[int] = _f(None, "neurons; null on the last layer = number of labels", min=1)
     activation: str = _f("relu", "relu | linear on hidden layers; on the last layer softmax (softmax "
-                                 "cross-entropy, target mass 1/|y|) | sigmoid (per-label binary cross-entropy; "
-                                 "dense output only) | auto (sigmoid when the output layer is dense, else softmax)",
+                                 "cross-entropy, target mass 1/|y|) | sigmoid (per-label binary cross-entropy, on "
+                                 "the sampled neurons of an lsh layer) | auto (sigmoid when the output layer is "
+                                 "dense, else softmax)",
                          choices=("relu", "softmax", "linear", "sigmoid", "auto"))
     sampling: str = _f("auto", "dense (all neurons) | lsh (hash-selected) | auto (chosen by cost at start-up)",
                        choices=("auto", "dense", "lsh"))
@@ -282,10 +286,6 @@ class Config:
         if out.activation not in OUTPUT_ACTIVATIONS:
             err(f"layers.{len(self.layers) - 1}.activation",
                 f"the output layer must use softmax, sigmoid or auto, got {out.activation!r}")
-        if out.activation == "sigmoid" and out.sampling == "lsh":
-            err(f"layers.{len(self.layers) - 1}.activation",
-                "sigmoid needs a dense output layer (sampling: dense or auto); the sampled-negative "
-                "corrections of an lsh layer are made for softmax")
         b = self.optimizer.betas
         if len(b) != 2 or not all(0.0 <= x < 1.0 for x in b):
             err("optimizer.betas", f"expected two numbers in [0, 1), got {b}")

@@ -21,7 +21,15 @@ def init_output_centroids(net, arrays) -> float:
     the output layer becomes the mean representation (the last hidden layer's output, at the
     initial weights, without dropout) of the points of ``arrays`` that carry the label, scaled
     to length CENTROID_NORM; rows of labels without points keep their random weights. On a
-    label shard, this rank's labels only. Returns the seconds it took."""
+    label shard, this rank's labels only. Returns the seconds it took.
+
+    A sigmoid output layer scores each label on its own, so the rows must also tell labels
+    apart in absolute terms, not only relative to each other as softmax does: each row
+    becomes the direction from the mean representation m of all points to the label's
+    centroid (length CENTROID_NORM), and its bias puts the score of m at the base rate of a
+    label (labels per point / labels). With softmax's rows (every centroid of non-negative
+    ReLU outputs points the same way) every label starts near sigmoid 1 and training
+    collapses: measured test P@1 0.003 after 8 epochs on make_synthetic("small")."""
     cfg = net.config
     t0 = time.perf_counter()
     nl = len(cfg.layers)
@@ -34,6 +42,8 @@ def init_output_centroids(net, arrays) -> float:
     labels = Y.indices[(Y.indices >= begin) & (Y.indices < end)] - begin
     has = np.bincount(labels, minlength=end - begin) > 0
     W[has] = 0.0
+    sigmoid = cfg.layers[-1].activation == "sigmoid"
+    total = np.zeros(W.shape[1], dtype=np.float64)  # sum of all points' representations
     chunk = max(1, (1 << 22) // max(1, W.shape[1]))   # rows of hidden output per step (16 MB)
     for a in range(0, arrays.n, chunk):
         b = min(arrays.n, a + chunk)
@@ -43,13 +53,23 @@ def init_output_centroids(net, arrays) -> float:
                 np.maximum(H, 0.0, out=H)
             if i < nl - 1:
                 H = H @ params[f"layers.{i}.weight"].T + params[f"layers.{i}.bias"]
+        if sigmoid:
+            total += H.sum(axis=0, dtype=np.float64)
         Yt = Y[a:b][:, begin:end].T.tocsr()          # labels x points of this chunk
         Yt.data[:] = 1.0
         rows = np.flatnonzero(np.diff(Yt.indptr))
         if rows.size:
             W[rows] += np.asarray(Yt[rows] @ H, dtype=np.float32)
+    if sigmoid:
+        counts = np.bincount(labels, minlength=end - begin)[has].astype(np.float64)
+        mean = (total / max(arrays.n, 1)).astype(np.float32)
+        W[has] = W[has] / counts[:, None].astype(np.float32) - mean
     norms = np.linalg.norm(W[has], axis=1, keepdims=True)
     W[has] *= CENTROID_NORM / np.maximum(norms, 1e-30)
+    if sigmoid:
+        base_rate = min(0.5, max(Y.nnz, 1) / (max(arrays.n, 1) * float(max(Y.shape[1], 1))))
+        bias = params[f"layers.{nl - 1}.bias"]
+        bias[has] = -(W[has] @ mean) + np.float32(np.log(base_rate / (1.0 - base_rate)))
     if _bf16.is_bf16(W_store):
         W_store[...] = _bf16.from_float32(W)
     if net.resolved_sampling and "lsh" in net.resolved_sampling:

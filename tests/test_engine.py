@@ -9,13 +9,14 @@ import pytest
 
 from slide._core import Network as CoreNetwork
 
-# The engine takes no defaults: every key of the spec is required (tests below check that).
+# The engine takes no defaults: every key of the spec is required (tests below check that), but
+# a layer's precision (optional, fp32) and negative_weight (optional, default 1).
 # The tests here state only what they vary; complete() fills the rest from these values.
 TOP_KEYS = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, dropout=0.0, threads=0, seed=0,
                 rebuild_first=50, rebuild_decay=0.1, hugepages=True, recompute=False)
 LAYER_KEYS = dict(activation="relu", sampling="dense", family="dwta", K=6, L=50, range_pow=0, bucket_capacity=128,
                   bucket_policy="fifo", bin_size=8, selection="vanilla", threshold=2, min_active=1000,
-                  max_active=4000, precision="fp32")
+                  max_active=4000, precision="fp32", negative_weight=1.0)
 
 
 def complete(spec):
@@ -441,6 +442,9 @@ def test_spec_without_any_one_key_is_an_error_naming_it():
         layers = [full["layers"][0], {k: v for k, v in full["layers"][1].items() if k != key}]
         if key == "precision":  # the one optional key: fp32 when absent
             assert CoreNetwork(dict(full, layers=layers)).spec["layers"][1]["precision"] == "fp32"
+            continue
+        if key == "negative_weight":  # optional too (read by sigmoid lsh layers): default 1
+            assert CoreNetwork(dict(full, layers=layers)).spec["layers"][1][key] == 1.0
             continue
         with pytest.raises(ValueError, match=r"layers\.1\.(lsh\.)?%s: missing required key" % key):
             CoreNetwork(dict(full, layers=layers))

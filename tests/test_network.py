@@ -140,7 +140,8 @@ def test_output_activation_auto_resolves_by_sampling():
     ([{"size": 8, "activation": "sigmoid"}, {"activation": "softmax"}],
      r"layers\.0\.activation: sigmoid is only allowed on the last"),
     ([{"size": 8}, {"activation": "relu"}], r"layers\.1\.activation: the output layer must use softmax, sigmoid or auto"),
-    ([{"size": 8}, {"activation": "sigmoid", "sampling": "lsh"}], r"layers\.1\.activation: sigmoid needs a dense"),
+    ([{"size": 8}, {"activation": "sigmoid", "sampling": "lsh", "lsh": {"negative_weight": -1}}],
+     r"layers\.1\.lsh\.negative_weight: must be >= 0"),
     ([{"size": 8}, {"activation": "tanh"}], r"layers\.1\.activation: must be one of"),
 ])
 def test_output_activation_errors_name_the_key(layers, message):
@@ -148,10 +149,11 @@ def test_output_activation_errors_name_the_key(layers, message):
         Network({"layers": layers})
 
 
-def test_sigmoid_with_lsh_chosen_by_auto_is_refused_naming_the_key():
+def test_sigmoid_stays_sigmoid_when_auto_chooses_lsh():
+    # a per-label binary loss on the hash-sampled neurons (only `activation: auto` means softmax there)
     cfg = {"layers": [{"size": 8}, {"activation": "sigmoid", "sampling": "auto"}]}
-    with pytest.raises(ConfigError, match=r"layers\.1\.activation: sigmoid needs a dense output layer"):
-        Network(cfg, num_features=20, num_labels=30_000)
+    net = Network(cfg, num_features=20, num_labels=30_000, threads=1)
+    assert net.resolved_sampling[-1] == "lsh" and net.config.layers[-1].activation == "sigmoid"
 
 
 def test_sigmoid_output_learns_and_scores_are_per_label_probabilities(data):

@@ -94,12 +94,16 @@ TEST_CASE("the spec takes every value from its input and requires every key") {
   SpecDict t = top();
   t["lr"] = S("fast");
   CHECK(error_of(t, layers).rfind("optimizer.lr: expected a number", 0) == 0);
-  // sigmoid (per-label binary loss): output layer only, and only dense
+  // sigmoid (per-label binary loss): output layer only, dense or hash-sampled
   const std::vector<SpecDict> binary = {layer(16, "relu", "dense"), layer(200, "sigmoid", "dense")};
   CHECK(parse_network_spec(top(), true, binary).layers[1].activation == Activation::Sigmoid);
   CHECK(spec_to_dict(parse_network_spec(top(), true, binary)).second[1].at("activation").s == "sigmoid");
-  CHECK(error_of(top(), {layer(16, "relu", "dense"), layer(200, "sigmoid", "lsh")})
-            .rfind("layers.1.activation: sigmoid needs a dense output layer", 0) == 0);
+  std::vector<SpecDict> sampled = {layer(16, "relu", "dense"), layer(200, "sigmoid", "lsh")};
+  CHECK(parse_network_spec(top(), true, sampled).layers[1].negative_weight == 1.0f);  // optional key
+  sampled[1]["negative_weight"] = F(0.0);
+  CHECK(spec_to_dict(parse_network_spec(top(), true, sampled)).second[1].at("negative_weight").f == 0.0);
+  sampled[1]["negative_weight"] = F(-1.0);
+  CHECK(error_of(top(), sampled).rfind("layers.1.lsh.negative_weight: must be >= 0", 0) == 0);
   CHECK(error_of(top(), {layer(16, "sigmoid", "dense"), layer(200, "softmax", "dense")})
             .rfind("layers.0.activation: softmax and sigmoid are only allowed on the last", 0) == 0);
 }

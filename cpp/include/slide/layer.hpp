@@ -33,6 +33,11 @@ struct LayerSpec {
   LshParams lsh;             // used when sampling == Lsh
   SelectionParams selection; // used when sampling == Lsh
   Precision precision{};
+  // Sigmoid output layer with sampling == Lsh: the weight of each sampled negative in the
+  // per-label binary loss (positives weigh 1). 0 = importance weights: the random fill stands
+  // for every neuron outside the chosen ones, each in-batch negative for 1/q of its kind,
+  // hash candidates for themselves (the loss then estimates the binary loss over all labels).
+  float negative_weight{};
 };
 
 struct Layer {

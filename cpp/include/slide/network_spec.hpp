@@ -10,8 +10,10 @@
 //   top level: input_dim, layers (a list of layer dicts), lr, beta1, beta2, eps, weight_decay,
 //              dropout, threads, seed, rebuild_first, rebuild_decay, hugepages, recompute
 //   per layer: size, activation, sampling, family, K, L, range_pow, bucket_capacity,
-//              bucket_policy, bin_size, selection, threshold, min_active, max_active, precision
-//              (precision alone is optional: absent means fp32, as in specs older than bf16 storage)
+//              bucket_policy, bin_size, selection, threshold, min_active, max_active, precision,
+//              negative_weight (precision and negative_weight are optional: absent precision means
+//              fp32, as in specs older than bf16 storage; negative_weight defaults to 1 and only a
+//              sigmoid lsh output layer reads it)
 #pragma once
 
 #include <cstdint>

@@ -91,8 +91,11 @@ SoftmaxStats partial_softmax(SampleWorkspace& ws);
 // sample's labels (ws.labels, sorted, unique). Returns the part of the sample's loss from
 // the labels inside `range` (the parts of all ranges sum to the loss). Throws Error when a
 // label of the range is missing from the selection (an internal invariant).
-// A sigmoid output layer (dense only) gets the per-label binary cross-entropy instead:
-// dL/dz = (sigmoid(z) - y) / b over the range, `local` and `global` unused.
+// A sigmoid output layer gets the per-label binary cross-entropy instead, `local` and
+// `global` unused: dL/dz = (sigmoid(z) - y) / b over the range, or for a hash-sampled
+// selection over the selected neurons, each negative weighted by layer.spec.negative_weight
+// (0: by the neurons it stands for; see negatives.hpp). Its logits must not carry the
+// sampled-softmax log-weights.
 float normalise_output(const Layer& out, SampleWorkspace& ws, const SoftmaxStats& local, const SoftmaxStats& global,
                        NeuronRange range, bool use_lsh, float inv_b);
 

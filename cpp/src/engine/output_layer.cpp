@@ -127,8 +127,8 @@ SoftmaxStats partial_softmax(SampleWorkspace& ws) {
 }
 
 namespace {
-// Per-label binary cross-entropy over the neurons of `range` (a dense output layer: the
-// validation of the spec keeps sigmoid off lsh layers): dL/dz_j = (sigmoid(z_j) - y_j) / b,
+// Per-label binary cross-entropy over every neuron of `range` (a dense output layer, or an
+// lsh layer scored in full): dL/dz_j = (sigmoid(z_j) - y_j) / b,
 // loss = sum_j softplus(z_j) - z_j y_j, in forms that do not overflow for large |z|.
 float binary_output(SampleWorkspace& ws, NeuronRange range, float inv_b) {
   const std::vector<float>& z = ws.out.back();
@@ -149,6 +149,61 @@ float binary_output(SampleWorkspace& ws, NeuronRange range, float inv_b) {
   }
   return loss;
 }
+
+// Per-label binary cross-entropy on the sampled neurons of a hash-sampled layer (the sample's
+// labels, then the batch's other labels, hash candidates and the random fill, see
+// negatives.hpp): the recipe of ASTRA (Mehta et al., "Accelerating Extreme Classification
+// via Adaptive Feature Agnostic Proxies", 2024), a per-label binary loss on positives, hard
+// negatives from an index over the classifier vectors (our hash tables) and uniform ones.
+// Each negative weighs out.spec.negative_weight, or with 0 the neurons it stands for (the
+// importance weights of add_sampling_log_weights, as multipliers instead of log-weights), so
+// that the loss estimates the binary loss over all labels of the range.
+float binary_output_sampled(const Layer& out, SampleWorkspace& ws, NeuronRange range, float inv_b) {
+  const std::vector<float>& z = ws.out.back();
+  std::vector<float>& d = ws.delta.back();
+  const std::vector<int32_t>& A = ws.active[static_cast<size_t>(out.index)];
+  const size_t m = z.size();
+  d.resize(m);
+  // The labels of the range come first in the selection, in order (select_output).
+  size_t n_pos = 0;
+  for (const int32_t label : ws.labels) {
+    if (label < range.begin || label >= range.end) continue;
+    if (n_pos >= m || A[n_pos] != label) throw Error("internal error: a true label is missing from the active set");
+    ++n_pos;
+  }
+  const float fixed = out.spec.negative_weight;
+  const size_t n_batch = std::min(ws.forced_q.size(), m - n_pos);
+  const size_t n_fill = std::min(static_cast<size_t>(ws.filled), m - n_pos - n_batch);
+  const int64_t chosen = static_cast<int64_t>(m - n_fill);
+  double fill_rate = 1.0;
+  if (n_fill > 0 && range.size() - chosen > static_cast<int64_t>(n_fill))
+    fill_rate = static_cast<double>(n_fill) / static_cast<double>(range.size() - chosen);
+  else if (n_fill == 0)
+    fill_rate = std::min(1.0, static_cast<double>(m) / static_cast<double>(range.size()));
+  const float fill_weight = static_cast<float>(1.0 / fill_rate);
+  float loss = 0.0f;
+  for (size_t i = 0; i < m; ++i) {
+    float w = 1.0f;
+    if (i >= n_pos) {
+      if (fixed > 0.0f) w = fixed;
+      else if (i < n_pos + n_batch) {
+        const double qb = ws.forced_q[i - n_pos];
+        w = static_cast<float>(1.0 / (qb + (1.0 - qb) * fill_rate));
+      } else if (i >= m - n_fill) w = fill_weight;
+    }
+    const float e = std::exp(-std::fabs(z[i]));
+    const float p = z[i] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+    const float softplus = std::max(z[i], 0.0f) + std::log1p(e);
+    if (i < n_pos) {
+      d[i] = (p - 1.0f) * inv_b;
+      loss += softplus - z[i];
+    } else {
+      d[i] = w * p * inv_b;
+      loss += w * softplus;
+    }
+  }
+  return loss;
+}
 }  // namespace
 
 float normalise_output(const Layer& out, SampleWorkspace& ws, const SoftmaxStats& local, const SoftmaxStats& global,
@@ -157,7 +212,8 @@ float normalise_output(const Layer& out, SampleWorkspace& ws, const SoftmaxStats
   std::vector<float>& d = ws.delta.back();
   const size_t m = d.size();
   PhaseTimer timer(ws.prof, Phase::Softmax, static_cast<double>(m) * 8.0);
-  if (out.spec.activation == Activation::Sigmoid) return binary_output(ws, range, inv_b);
+  if (out.spec.activation == Activation::Sigmoid)
+    return sampled(out, use_lsh) ? binary_output_sampled(out, ws, range, inv_b) : binary_output(ws, range, inv_b);
   if (m > 0 && local.max != global.max) {
     // Another range holds a larger logit: rebase this range's exponents onto it.
     const float rebase = std::exp(local.max - global.max);

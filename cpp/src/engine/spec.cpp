@@ -27,7 +27,7 @@ const char* section_of(const std::string& key) {
 
 bool is_lsh_key(const std::string& key) {
   for (const char* k : {"family", "K", "L", "range_pow", "bucket_capacity", "bucket_policy", "bin_size", "selection",
-                        "threshold", "min_active", "max_active"})
+                        "threshold", "min_active", "max_active", "negative_weight"})
     if (key == k) return true;
   return false;
 }
@@ -38,7 +38,7 @@ const std::initializer_list<const char*> kTopKeys = {"input_dim", "layers", "lr"
 const std::initializer_list<const char*> kLayerKeys = {"size", "activation", "sampling", "family", "K", "L",
                                                        "range_pow", "bucket_capacity", "bucket_policy", "bin_size",
                                                        "selection", "threshold", "min_active", "max_active",
-                                                       "precision"};
+                                                       "precision", "negative_weight"};
 
 // Reads the required keys of one dict; `path` maps a key to its Python spelling.
 class Reader {
@@ -73,6 +73,10 @@ class Reader {
     if (v.kind == SpecValue::Kind::Int) return static_cast<double>(v.i);
     if (v.kind != SpecValue::Kind::Float) bad(where(key), "expected a number, got " + v.type_name + " " + v.repr);
     return v.f;
+  }
+  // An optional key (one that only some layers use, added after saved specs existed).
+  double number_or(const char* key, double fallback) const {
+    return d_.find(key) == d_.end() ? fallback : number(key);
   }
   bool boolean(const char* key) const {
     const SpecValue& v = get(key);
@@ -138,6 +142,9 @@ NetworkSpec parse_network_spec(const SpecDict& top, bool has_layers, const std::
     // The one optional key: specs written before bf16 storage existed mean fp32.
     if (layers[i].count("precision"))
       l.precision = lr.choice("precision", {"fp32", "bf16"}) == 1 ? Precision::BF16 : Precision::FP32;
+    // Optional (default 1: every sampled negative weighs as much as a positive); only a
+    // sigmoid output layer with sampling lsh reads it.
+    l.negative_weight = static_cast<float>(lr.number_or("negative_weight", 1.0));
     s.layers.push_back(l);
   }
   s.lr = static_cast<float>(r.number("lr"));
@@ -194,6 +201,7 @@ std::pair<SpecDict, std::vector<SpecDict>> spec_to_dict(const NetworkSpec& s) {
     d["min_active"] = int_value(l.selection.min_active);
     d["max_active"] = int_value(l.selection.max_active);
     d["precision"] = string_value(l.precision == Precision::BF16 ? "bf16" : "fp32");
+    d["negative_weight"] = float_value(l.negative_weight);
     layers.push_back(d);
   }
   return {top, layers};
@@ -214,14 +222,13 @@ void NetworkSpec::validate() const {
       bad(layer_key_path(l, "activation"), "softmax and sigmoid are only allowed on the last (output) layer");
     if (last && !output_act)
       bad(layer_key_path(l, "activation"), "the output layer must use softmax or sigmoid");
-    if (last && s.activation == Activation::Sigmoid && s.sampling == Sampling::Lsh)
-      bad(layer_key_path(l, "activation"),
-          "sigmoid needs a dense output layer (sampling: dense, or auto choosing dense); the sampled-negative "
-          "corrections of an lsh layer are made for softmax");
     if (s.precision == Precision::BF16 && i != 0 && !last)
       bad(layer_key_path(l, "precision"),
           "bf16 is supported on the first layer (the one reading the sparse input) and on the output layer; "
           "layer " + std::to_string(l) + " is a middle hidden layer, set precision: fp32 there");
+    if (!(s.negative_weight >= 0.0f) || !std::isfinite(s.negative_weight))
+      bad(layer_key_path(l, "negative_weight"),
+          "must be >= 0 (0 = importance weights), got " + std::to_string(s.negative_weight));
     if (s.sampling == Sampling::Lsh) {
       if (i == 0) bad(layer_key_path(l, "sampling"), "lsh is not allowed on layer 0 (its input is the sparse feature vector)");
       if (s.lsh.K < 1 || s.lsh.K > 32) bad(layer_key_path(l, "K"), "must be in [1, 32], got " + std::to_string(s.lsh.K));

@@ -18,7 +18,7 @@ namespace slide {
 
 namespace {
 
-// Forward, softmax cross-entropy and backward for sample r; returns its loss (0 for a
+// Forward, loss (softmax or per-label binary cross-entropy) and backward for sample r; returns its loss (0 for a
 // sample without labels, which contributes no gradient).
 float train_sample(std::vector<Layer>& layers, SampleWorkspace& ws, SampleRecord& rec, const Kernels& kr,
                    const CsrView& x, const CsrView& y, int64_t r, float inv_b, float dropout, Rng& rng,
@@ -43,12 +43,14 @@ float train_sample(std::vector<Layer>& layers, SampleWorkspace& ws, SampleRecord
   Rng fill = shared_fill;
   select_output(out, ws, in, true, sel, ws.forced.data(), static_cast<int>(ws.forced.size()), all, fill);
   output_logits(out, ws, kr, in, true, all);
-  if (out.lsh()) {
+  const bool sigmoid = out.spec.activation == Activation::Sigmoid;
+  if (out.lsh() && !sigmoid) {
     std::vector<float>& z = ws.out.back();
     add_sampling_log_weights(z.data(), static_cast<int64_t>(z.size()), static_cast<int64_t>(ws.labels.size()),
                              ws.forced_q, ws.filled, out.out_dim);
   }
-  const SoftmaxStats stats = partial_softmax(ws);
+  // Sigmoid: per-label binary loss, with the sampling weights applied to the gradient.
+  const SoftmaxStats stats = sigmoid ? SoftmaxStats{} : partial_softmax(ws);
   const float loss = normalise_output(out, ws, stats, stats, all, true, inv_b);
   output_backward(out, ws, rec, kr, in, true, all);
   if (layers.size() > 1) {

@@ -103,7 +103,7 @@ void Network::shard_forward(const CsrView& x, const CsrView& y, const int64_t* r
         Rng fill = shared_fill;
         select_output(out, ws, in, true, sel, ws.forced.data(), static_cast<int>(ws.forced.size()), local, fill);
         output_logits(out, ws, kr, in, true, local);
-        if (out.lsh()) {
+        if (out.lsh() && out.spec.activation != Activation::Sigmoid) {  // sigmoid: weights in the loss
           std::vector<float>& z = ws.out.back();
           add_sampling_log_weights(z.data(), static_cast<int64_t>(z.size()), own, ws.forced_q, ws.filled, n_local);
         }

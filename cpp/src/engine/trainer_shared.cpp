@@ -70,6 +70,48 @@ void Network::set_shared_negatives(int mode) {
   shared_negatives_ = mode;
 }
 
+namespace {
+
+// The per-label binary loss (sigmoid output) over a sample's block and private rows, with the
+// weights of the per-sample path (binary_output_sampled in output_layer.cpp): a positive weighs
+// 1; a negative weighs lsh.negative_weight, or with 0 the neurons it stands for (a batch label
+// j: 1 / (q_j + (1 - q_j) fill_rate), a fill neuron: 1 / fill_rate, a hash candidate: 1).
+// The sample's own labels may sit in the block or among its private rows.
+float binary_shared(const Layer& out, SampleWorkspace& ws, const SharedBlock& B, const std::vector<float>* q,
+                    double fill_rate, float inv_b) {
+  const std::vector<float>& z = ws.out.back();
+  std::vector<float>& dz = ws.delta.back();
+  const std::vector<int32_t>& A = ws.active[static_cast<size_t>(out.index)];
+  const size_t m = z.size();
+  const size_t nS = B.set.size(), n_lab = static_cast<size_t>(B.n_labels);
+  dz.resize(m);
+  const float fixed = out.spec.negative_weight;
+  const float fill_weight = static_cast<float>(1.0 / fill_rate);
+  float loss = 0.0f;
+  for (size_t k = 0; k < m; ++k) {
+    const bool pos = std::binary_search(ws.labels.begin(), ws.labels.end(), A[k]);
+    float w = 1.0f;
+    if (!pos) {
+      if (fixed > 0.0f) w = fixed;
+      else if (k < n_lab) w = q ? static_cast<float>(1.0 / ((*q)[k] + (1.0 - (*q)[k]) * fill_rate)) : 1.0f;
+      else if (k < nS) w = fill_weight;
+    }
+    const float e = std::exp(-std::fabs(z[k]));
+    const float p = z[k] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+    const float softplus = std::max(z[k], 0.0f) + std::log1p(e);
+    if (pos) {
+      dz[k] = (p - 1.0f) * inv_b;
+      loss += softplus - z[k];
+    } else {
+      dz[k] = w * p * inv_b;
+      loss += w * softplus;
+    }
+  }
+  return loss;
+}
+
+}  // namespace
+
 float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr) {
   const int64_t t = step_ + 1;
   const Kernels& kr = kernels();
@@ -249,6 +291,7 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
   const NeuronRange all{0, n_out};
   const int64_t n_fill = nS - B.n_labels;
   const bool weighted = !negatives_.q.empty();
+  const bool binary = out.spec.activation == Activation::Sigmoid;
   double total = 0.0;
 #pragma omp parallel num_threads(threads_) reduction(+ : total) if (parallel)
   {
@@ -271,29 +314,36 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
         std::vector<int32_t>& A = ws.active[lo];
         std::vector<float>& z = ws.out[lo];
         const int64_t np = static_cast<int64_t>(A.size());
+        double fill_rate = 1.0;
         {
           PhaseTimer timer(ws.prof, Phase::Softmax);
           // Selection order for normalise_output: the block, then the private rows.
           z.insert(z.begin(), zs, zs + nS);
           A.insert(A.begin(), B.set.begin(), B.set.end());
           const double chosen = static_cast<double>(B.n_labels + np);
-          double fill_rate = 1.0;
           if (n_fill > 0 && static_cast<double>(n_out) - chosen > static_cast<double>(n_fill)) {
             fill_rate = static_cast<double>(n_fill) / (static_cast<double>(n_out) - chosen);
-            const float log_w = static_cast<float>(-std::log(fill_rate));
-            for (int64_t k = B.n_labels; k < nS; ++k) z[k] += log_w;
+            if (!binary) {
+              const float log_w = static_cast<float>(-std::log(fill_rate));
+              for (int64_t k = B.n_labels; k < nS; ++k) z[k] += log_w;
+            }
           } else if (n_fill == 0) {
             fill_rate = std::min(1.0, static_cast<double>(nS + np) / static_cast<double>(n_out));
           }
-          if (weighted)
+          if (weighted && !binary)
             for (int64_t k = 0; k < B.n_labels; ++k) {
               if (std::binary_search(ws.labels.begin(), ws.labels.end(), B.set[k])) continue;
               const double q = negatives_.q[k];
               z[k] -= static_cast<float>(std::log(q + (1.0 - q) * fill_rate));
             }
         }
-        const SoftmaxStats st = partial_softmax(ws);
-        total += normalise_output(out, ws, st, st, all, true, inv_b);
+        if (binary) {
+          PhaseTimer timer(ws.prof, Phase::Softmax, static_cast<double>(z.size()) * 8.0);
+          total += binary_shared(out, ws, B, weighted ? &negatives_.q : nullptr, fill_rate, inv_b);
+        } else {
+          const SoftmaxStats st = partial_softmax(ws);
+          total += normalise_output(out, ws, st, st, all, true, inv_b);
+        }
         const std::vector<float>& dz = ws.delta[lo];
         PhaseTimer timer(ws.prof, Phase::Backward,
                          static_cast<double>(np) * (static_cast<double>(d) * elem_bytes + 8.0) +
