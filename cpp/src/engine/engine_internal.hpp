@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -296,6 +297,21 @@ class Borrow {
 };
 
 // Marks row r of a lock-free layer as touched by this batch; exactly one thread lists it.
+// One sampled label's term of the per-label binary loss on logit z (sigmoid output): sets
+// dz = dL/dz (positives weigh 1, a negative weighs w), scaled by inv_b, and returns the loss
+// term, in forms that do not overflow for large |z|.
+inline float binary_term(float z, bool positive, float w, float inv_b, float& dz) {
+  const float e = std::exp(-std::fabs(z));
+  const float p = z >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+  const float softplus = std::max(z, 0.0f) + std::log1p(e);
+  if (positive) {
+    dz = (p - 1.0f) * inv_b;
+    return softplus - z;
+  }
+  dz = w * p * inv_b;
+  return w * softplus;
+}
+
 inline void mark_row(Layer& L, int32_t r, std::vector<int32_t>& list) {
   uint8_t* m = L.row_touched.data() + r;
   // A plain load first: most rows of a hot batch are already marked, and the atomic

@@ -191,16 +191,7 @@ float binary_output_sampled(const Layer& out, SampleWorkspace& ws, NeuronRange r
         w = static_cast<float>(1.0 / (qb + (1.0 - qb) * fill_rate));
       } else if (i >= m - n_fill) w = fill_weight;
     }
-    const float e = std::exp(-std::fabs(z[i]));
-    const float p = z[i] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
-    const float softplus = std::max(z[i], 0.0f) + std::log1p(e);
-    if (i < n_pos) {
-      d[i] = (p - 1.0f) * inv_b;
-      loss += softplus - z[i];
-    } else {
-      d[i] = w * p * inv_b;
-      loss += w * softplus;
-    }
+    loss += binary_term(z[i], i < n_pos, w, inv_b, d[i]);
   }
   return loss;
 }

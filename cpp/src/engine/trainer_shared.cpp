@@ -96,16 +96,7 @@ float binary_shared(const Layer& out, SampleWorkspace& ws, const SharedBlock& B,
       else if (k < n_lab) w = q ? static_cast<float>(1.0 / ((*q)[k] + (1.0 - (*q)[k]) * fill_rate)) : 1.0f;
       else if (k < nS) w = fill_weight;
     }
-    const float e = std::exp(-std::fabs(z[k]));
-    const float p = z[k] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
-    const float softplus = std::max(z[k], 0.0f) + std::log1p(e);
-    if (pos) {
-      dz[k] = (p - 1.0f) * inv_b;
-      loss += softplus - z[k];
-    } else {
-      dz[k] = w * p * inv_b;
-      loss += w * softplus;
-    }
+    loss += binary_term(z[k], pos, w, inv_b, dz[k]);
   }
   return loss;
 }
