@@ -9,6 +9,16 @@
 namespace slide {
 
 namespace {
+// Prefetches output row `row` (len values) as the layer stores it: float32 from W, or bf16.
+inline void prefetch_out_row(const Layer& out, const float* W, int64_t row, int64_t len) {
+  if (out.bf16)
+    prefetch_row(reinterpret_cast<const float*>(out.row16(row)), len / 2);
+  else
+    prefetch_row(W + row * len, len);
+}
+}  // namespace
+
+namespace {
 bool sampled(const Layer& out, bool use_lsh) { return out.lsh() && use_lsh; }
 }  // namespace
 
@@ -91,10 +101,7 @@ void output_logits(const Layer& out, SampleWorkspace& ws, const Kernels& kr, con
     for (size_t i = 0; i < na; ++i) {
       if (i + kPrefetch < na) {
         const int64_t ahead = static_cast<int64_t>(A[i + kPrefetch]);
-        if (out.bf16)
-          prefetch_row(reinterpret_cast<const float*>(out.row16(ahead)), len / 2);
-        else
-          prefetch_row(W + ahead * len, len);
+        prefetch_out_row(out, W, ahead, len);
         __builtin_prefetch(b + ahead, 0, 3);
       }
       z[i] = logit(A[i]);
@@ -313,10 +320,7 @@ void output_input_gradient(const Layer& out, const SampleWorkspace& ws, const Ke
     for (size_t i = 0; i < na; ++i) {
       if (i + kPrefetch < na) {
         const int64_t ahead = static_cast<int64_t>(A[i + kPrefetch]);
-        if (out.bf16)
-          prefetch_row(reinterpret_cast<const float*>(out.row16(ahead)), len / 2);
-        else
-          prefetch_row(W + ahead * len, len);
+        prefetch_out_row(out, W, ahead, len);
       }
       if (d[i] == 0.0f) continue;
       add_row(d[i], A[i]);
