@@ -2,13 +2,17 @@
 
     python benchmarks/wide_shapes.py [--shape amazon-670k] [--num-train 100000] [--num-test 10000]
         [--valid 10000] [--budget 300] [--variants NAME,NAME,...] [--peers napkinxc,pecos]
+        [--epochs N] [--tag SUFFIX]
 
 Generates the shape's synthetic set once (``slide.datasets.write_synthetic``, cached under
 ``benchmarks/results/wide/<shape>-<n>/``), holds out ``--valid`` training points (seeded) as the
 validation split, and trains every variant of ``VARIANTS`` on the rest for ``--budget`` seconds of
 training, one after the other, each in a fresh process (peak RSS is its own). Validation P@1 is
 taken at the marks of ``slide.baselines.compare.default_marks`` (evaluation time not counted), and
-the test set is read once, after training, for the final model of each system. The peers (napkinXC
+the test set is read once, after training, for the final model of each system. With ``--epochs N``
+each variant trains N epochs instead, and ``--curve-points`` validation and training points are
+scored after every epoch (curves per epoch do not depend on the load of the machine; the
+training-subset P@1 shows how much of the training set the model has memorised). The peers (napkinXC
 PLT, PECOS XR-Linear from its own environment) train to completion on the same fitting split and
 are scored by the same metric code. Writes ``benchmarks/results/wide_<shape>.json`` (curves
 included) and prints a table.
@@ -46,6 +50,17 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     "softmax-lr3e-2": {"optimizer.lr": 3e-2},
     "sigmoid-lr3e-3": {"layers.-1.activation": "sigmoid", "optimizer.lr": 3e-3},
     "sigmoid-lr3e-2": {"layers.-1.activation": "sigmoid", "optimizer.lr": 3e-2},
+    "softmax-lr2e-2": {"optimizer.lr": 2e-2},
+    "softmax-lr5e-3": {"optimizer.lr": 5e-3},
+    "softmax-decay0.75": {"optimizer.lr_decay": 0.75},
+    "softmax-batch128": {"training.batch_size": 128},
+    "softmax-dropout0.2": {"training.dropout": 0.2},
+    "softmax-dropout0.5": {"training.dropout": 0.5},
+    "softmax-eps1e-3": {"optimizer.eps": 1e-3},
+    "softmax-eps1e-2": {"optimizer.eps": 1e-2},
+    "softmax-dropout0.5-eps1e-3": {"training.dropout": 0.5, "optimizer.eps": 1e-3},
+    "softmax-wd0.1": {"optimizer.weight_decay": 0.1},
+    "softmax-h512-bf16": {"layers.0.size": 512, "layers.-1.precision": "bf16"},
 }
 
 
@@ -96,7 +111,8 @@ def run_slide(job: Dict[str, Any]) -> Dict[str, Any]:
     from slide.metrics import evaluate
 
     cfg = slide.Config.from_dict(job["config"])
-    cfg.training.epochs = 10 ** 9  # the time budget stops training
+    per_epoch = int(job.get("epochs") or 0)
+    cfg.training.epochs = per_epoch or 10 ** 9  # else the time budget stops training
     cfg.training.eval_every = 0
     cfg.training.patience = 0
     cfg.data.valid_fraction = 0.0
@@ -114,6 +130,26 @@ def run_slide(job: Dict[str, Any]) -> Dict[str, Any]:
     def score(ds) -> float:
         top, _ = net.predict(ds.features, k=1)
         return float(evaluate(top, ds.labels, k=(1,))["P@1"])
+
+    # --epochs: a fixed number of epochs, both splits scored after each (load-independent curves)
+    train_sub = fit[np.sort(np.random.default_rng(1).choice(len(fit), min(len(fit), job["curve_points"]),
+                                                           replace=False))]
+
+    class Epochs:
+        def on_train_begin(self, net):
+            clock.start()
+
+        def on_epoch_end(self, net, epoch):
+            t0 = time.perf_counter()
+            top, _ = net.predict(valid_sub.features, k=5)
+            m = evaluate(top, valid_sub.labels, k=(1, 5))
+            top, _ = net.predict(train_sub.features, k=1)
+            tr = evaluate(top, train_sub.labels, k=(1,))["P@1"]
+            curve.append({"epoch": int(epoch), "seconds": round(clock.elapsed(), 1), "valid_P@1": float(m["P@1"]),
+                          "valid_P@5": float(m["P@5"]), "train_P@1": float(tr), "valid_points": len(valid_sub)})
+            print(f"{job['name']:20} epoch {epoch:3d}  valid P@1 {m['P@1']:.4f}  train P@1 {tr:.4f}",
+                  file=sys.stderr, flush=True)
+            clock.paused += time.perf_counter() - t0
 
     class Marks:
         def on_train_begin(self, net):
@@ -135,7 +171,7 @@ def run_slide(job: Dict[str, Any]) -> Dict[str, Any]:
 
     with _RssSampler() as rss:
         net = slide.Network(cfg)
-        net.fit(fit, callbacks=[Marks()], progress=False)
+        net.fit(fit, callbacks=[Epochs() if per_epoch else Marks()], progress=False)
         seconds = clock.elapsed()
         top, _ = net.predict(test.features, k=5)
         test_metrics = evaluate(top, test.labels, k=(1, 3, 5))
@@ -199,6 +235,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--marks", default="60,150", help="training seconds of the curve points before the end")
     ap.add_argument("--curve-points", type=int, default=2000, help="validation points scored before the end")
+    ap.add_argument("--epochs", type=int, default=0,
+                    help="train each slide variant for this many epochs instead of --budget seconds, scoring "
+                         "--curve-points validation and training points after every epoch")
     ap.add_argument("--variants", default="softmax-centroid,sigmoid-centroid")
     ap.add_argument("--peers", default="", help="comma-separated: napkinxc, pecos")
     ap.add_argument("--pecos-python", default=os.environ.get("SLIDE_PECOS_PYTHON", sys.executable),
@@ -220,7 +259,7 @@ def main(argv=None) -> int:
     for name in [v for v in a.variants.split(",") if v]:
         job = dict(paths, name=name, budget=a.budget, config=_config(a.shape, VARIANTS[name], a.threads),
                    overrides=VARIANTS[name], marks=[float(m) for m in a.marks.split(",") if m],
-                   curve_points=a.curve_points)
+                   curve_points=a.curve_points, epochs=a.epochs)
         results.append(dict(_isolated(job, tmp), overrides=VARIANTS[name]))
     for peer in [p for p in a.peers.split(",") if p]:
         job = dict(paths, name=peer, peer=True, config=_config(a.shape, {}, a.threads))
