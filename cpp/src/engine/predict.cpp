@@ -333,3 +333,166 @@ void Network::predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* ou
 }
 
 }  // namespace slide
+
+namespace slide {
+
+namespace {
+// The inference index over the output layer's rows (float32, or bf16 widened while building).
+std::shared_ptr<const LabelIndex> make_index(const Layer& out, int threads, uint64_t seed) {
+  return std::make_shared<const LabelIndex>(out.bf16 ? nullptr : out.weight.data(),
+                                            out.bf16 ? out.weight16.data() : nullptr, out.bias.data(), out.out_dim,
+                                            out.row_len, LabelIndexParams(), threads, seed);
+}
+constexpr uint64_t kIndexSalt = 0x4C4E4458ull;
+}  // namespace
+
+IndexInfo Network::index_info() const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  IndexInfo info;
+  std::shared_ptr<const LabelIndex> ix = predict_cache_->current_index(step_);
+  if (!ix) return info;
+  info.built = true;
+  info.clusters = ix->clusters();
+  info.largest_cluster = ix->largest_cluster();
+  info.rows = ix->rows();
+  info.bytes = ix->bytes();
+  info.build_seconds = ix->build_seconds();
+  return info;
+}
+
+IndexInfo Network::build_index() const {
+  {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    const Layer& out = layers_.back();
+    if (out.sparse_input)
+      throw InvalidArgument("index: the output layer reads the input features directly; an index needs a hidden layer "
+                            "before the output layer");
+    predict_cache_->index(step_, [&] { return make_index(out, threads_, stream_seed(spec_.seed, kIndexSalt)); });
+  }
+  return index_info();
+}
+
+void Network::predict_index(const CsrView& x, int k, int32_t* out_labels, float* out_scores, SoftmaxStats* stats,
+                            const IndexQuery& query) const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  if (k < 1) throw InvalidArgument("k: must be >= 1, got " + std::to_string(k));
+  if (query.probe < 0) throw InvalidArgument("probe: must be >= 0 (0 = auto), got " + std::to_string(query.probe));
+  const Layer& out = layers_.back();
+  if (out.sparse_input)
+    throw InvalidArgument("index: the output layer reads the input features directly; an index needs a hidden layer "
+                          "before the output layer");
+  const std::shared_ptr<const LabelIndex> ix =
+      predict_cache_->index(step_, [&] { return make_index(out, threads_, stream_seed(spec_.seed, kIndexSalt)); });
+  const Kernels& kr = kernels();
+  const int nl = static_cast<int>(layers_.size());
+  const int64_t len = out.row_len, C = ix->clusters();
+  const int64_t probe = std::min(C, query.probe > 0 ? query.probe : kDefaultProbe);
+  const float* W = out.weight.data();
+  const float* bias = out.bias.data();
+  const bool sigmoid = out.spec.activation == Activation::Sigmoid;
+  // Blocks of samples share one matrix product for their cluster scores; one sample runs on
+  // the calling thread (waking a team costs more than the query).
+  constexpr int64_t kBlock = 32;
+  const int64_t blocks = (x.n + kBlock - 1) / kBlock;
+  const int nt = x.n > 1 ? static_cast<int>(std::min<int64_t>(threads_, blocks)) : 1;
+  struct Checkout {
+    PredictCache& pool;
+    std::vector<std::unique_ptr<SampleWorkspace>> wss;
+    std::vector<std::unique_ptr<IndexScratch>> scratch;
+    ~Checkout() {
+      for (auto& ws : wss)
+        if (ws) pool.give(std::move(ws));
+      for (auto& s : scratch)
+        if (s) pool.give_scratch(std::move(s));
+    }
+  } checkout{*predict_cache_, {}, {}};
+  for (int t = 0; t < nt; ++t) {
+    checkout.wss.push_back(predict_cache_->take(layers_));
+    checkout.scratch.push_back(predict_cache_->take_scratch());
+  }
+  InterruptPoller poller;
+  ExceptionCatcher catcher;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    SampleWorkspace& ws = *checkout.wss[omp_get_thread_num()];
+    IndexScratch& sc = *checkout.scratch[omp_get_thread_num()];
+    catcher.run([&] {
+      sc.H.resize(static_cast<size_t>(kBlock * len));
+      sc.cluster_scores.resize(static_cast<size_t>(kBlock * C));
+      sc.probe.resize(static_cast<size_t>(probe));
+      if (out.bf16) sc.wide.resize(static_cast<size_t>(len));
+    });
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      if (catcher.failed() || poller.should_stop()) continue;
+      catcher.run([&] {
+        const int64_t s0 = blk * kBlock, ns = std::min(kBlock, x.n - s0);
+        Rng unused(0);  // no sampling and no dropout here
+        for (int64_t s = 0; s < ns; ++s) {
+          forward_hidden(layers_, ws, kr, csr_row(x, s0 + s), false, 0.0f, unused, nullptr);
+          std::copy(ws.out[nl - 2].begin(), ws.out[nl - 2].end(), sc.H.begin() + s * len);
+        }
+        ix->cluster_scores(kr, sc.H.data(), len, ns, sc.cluster_scores.data());
+        for (int64_t s = 0; s < ns; ++s) {
+          const int64_t i = s0 + s;
+          const float* h = sc.H.data() + s * len;
+          ix->best_clusters(sc.cluster_scores.data() + s * C, probe, sc.order, sc.probe.data());
+          // The candidates first, then their logits with rows prefetched well ahead: the rows
+          // are scattered over the output matrix, so the loop waits on memory, not arithmetic.
+          sc.ids.clear();
+          for (int64_t p = 0; p < probe; ++p)
+            sc.ids.insert(sc.ids.end(), ix->members_begin(sc.probe[p]), ix->members_end(sc.probe[p]));
+          const int64_t cnt = static_cast<int64_t>(sc.ids.size());
+          sc.logits.resize(static_cast<size_t>(cnt));
+          const int32_t* cand = sc.ids.data();
+          constexpr int64_t kAhead = 6;
+          for (int64_t q = 0; q < std::min(kAhead, cnt); ++q)
+            out.bf16 ? prefetch_row(reinterpret_cast<const float*>(out.row16(cand[q])), len / 2)
+                     : prefetch_row(W + static_cast<int64_t>(cand[q]) * len, len);
+          for (int64_t q = 0; q < cnt; ++q) {
+            const int64_t r = cand[q];
+            float z;
+            if (out.bf16) {
+              if (q + kAhead < cnt) prefetch_row(reinterpret_cast<const float*>(out.row16(cand[q + kAhead])), len / 2);
+              kr.from_bf16(out.row16(r), sc.wide.data(), len);
+              z = kr.dot(sc.wide.data(), h, len);
+            } else {
+              if (q + kAhead < cnt) prefetch_row(W + static_cast<int64_t>(cand[q + kAhead]) * len, len);
+              z = kr.dot(W + r * len, h, len);
+            }
+            sc.logits[q] = z + bias[r];
+          }
+          int32_t* lab = out_labels + i * k;
+          float* scr = out_scores + i * k;
+          std::fill(lab, lab + k, -1);
+          std::fill(scr, scr + k, 0.0f);
+          const size_t m = sc.logits.size();
+          if (stats) stats[i] = SoftmaxStats{};
+          if (m == 0) continue;
+          float mx = sc.logits[0];
+          for (size_t j = 1; j < m; ++j) mx = std::max(mx, sc.logits[j]);
+          const double sum = kr.exp_sum(sc.logits.data(), static_cast<int64_t>(m), mx);
+          if (stats) stats[i] = SoftmaxStats{mx, sum};
+          auto& heap = ws.heap;
+          heap.clear();
+          for (size_t j = 0; j < m; ++j)
+            if (heap.size() < static_cast<size_t>(k) || sc.logits[j] >= heap.front().first)
+              heap_offer(heap, static_cast<size_t>(k), Scored(sc.logits[j], sc.ids[j]));
+          std::sort_heap(heap.begin(), heap.end(), better);
+          for (size_t j = 0; j < heap.size(); ++j) {
+            lab[j] = heap[j].second;
+            scr[j] = sigmoid ? sigmoid_score(heap[j].first)
+                             : static_cast<float>(std::exp(static_cast<double>(heap[j].first) - mx) / sum);
+          }
+        }
+      });
+    }
+  }
+  catcher.rethrow();
+  if (poller.stopped()) throw Interrupted();
+  if (shard_begin_ != 0)
+    for (int64_t i = 0; i < x.n * k; ++i)
+      if (out_labels[i] >= 0) out_labels[i] += static_cast<int32_t>(shard_begin_);
+}
+
+}  // namespace slide
