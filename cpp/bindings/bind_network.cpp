@@ -175,6 +175,7 @@ py::dict index_info_dict(const slide::IndexInfo& info) {
   d["built"] = info.built;
   d["clusters"] = info.clusters;
   d["largest_cluster"] = info.largest_cluster;
+  d["default_probe"] = info.default_probe;
   d["rows"] = info.rows;
   d["bytes"] = info.bytes;
   d["build_seconds"] = info.build_seconds;

@@ -184,8 +184,10 @@ void plan_batch_activations(BatchMatrices& M, const std::vector<Layer>& layers, 
 struct IndexScratch {
   std::vector<float> H;              // the block's output-layer inputs
   std::vector<float> cluster_scores;  // block x clusters
-  std::vector<int32_t> probe, order;  // probed clusters; best_clusters' scratch
-  std::vector<float> logits;          // scored labels of one sample
+  std::vector<int32_t> probe, order;  // probed clusters of the block's samples; best_clusters' scratch
+  std::vector<std::pair<int64_t, int64_t>> visits;  // (cluster << 32 | sample, first slot) per probe
+  std::vector<int64_t> offset;        // each sample's first slot
+  std::vector<float> logits;          // slots: scored labels of the block's samples
   std::vector<int32_t> ids;
   std::vector<float> wide;            // a bf16 row widened
 };

@@ -257,6 +257,7 @@ LabelIndex::LabelIndex(const float* W, const uint16_t* W16, const float* bias, i
   // What a query scores a cluster by: the mean of its members' augmented rows.
   centroids_.assign(static_cast<size_t>(F * dim), 0.0f);
   centroid_bias_.assign(static_cast<size_t>(F), 0.0f);
+  radius_.assign(static_cast<size_t>(F), 0.0f);
   const int ntc = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads, F)));
 #pragma omp parallel num_threads(ntc) if (ntc > 1 && n * dim > (int64_t(1) << 20))
   {
@@ -275,31 +276,70 @@ LabelIndex::LabelIndex(const float* W, const uint16_t* W16, const float* bias, i
       const double inv = size[c] > 0 ? 1.0 / static_cast<double>(size[c]) : 0.0;
       for (int64_t d = 0; d < dim; ++d) centroids_[c * dim + d] = static_cast<float>(s[d] * inv);
       centroid_bias_[c] = static_cast<float>(s[dim] * inv);
+      // The radius of the cluster around its mean, in the augmented space.
+      double mx = 0.0;
+      for (int64_t q = offsets_[c]; q < offsets_[c + 1]; ++q) {
+        const int64_t r = members_[q];
+        const float* w = W ? W + r * dim : wide.data();
+        if (!W) kr.from_bf16(W16 + r * dim, wide.data(), dim);
+        double d2 = 0.0;
+        for (int64_t d = 0; d < dim; ++d) d2 += (w[d] - centroids_[c * dim + d]) * (w[d] - centroids_[c * dim + d]);
+        d2 += (bias[r] - centroid_bias_[c]) * (bias[r] - centroid_bias_[c]);
+        mx = std::max(mx, d2);
+      }
+      radius_[c] = static_cast<float>(std::sqrt(mx));
     }
   }
+  // Transposed for the query: a block of queries times it is a broadcast-and-add product
+  // (Kernels::matmul), several times faster than dot products against each row.
+  centroids_t_.resize(static_cast<size_t>(F * dim));
+  for (int64_t c = 0; c < F; ++c)
+    for (int64_t d = 0; d < dim; ++d) centroids_t_[d * F + c] = centroids_[c * dim + d];
+  centroids_.clear();
+  centroids_.shrink_to_fit();
   build_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void LabelIndex::cluster_scores(const Kernels& kr, const float* H, int64_t ldh, int64_t ns, float* out) const {
   const int64_t C = clusters();
-  kr.matmul_bt(H, ldh, centroids_.data(), dim_, out, C, ns, C, dim_);
-  for (int64_t s = 0; s < ns; ++s)
-    for (int64_t c = 0; c < C; ++c) out[s * C + c] += centroid_bias_[c];
+  kr.matmul(H, ldh, 1, centroids_t_.data(), C, out, C, ns, C, dim_);
+  for (int64_t s = 0; s < ns; ++s) {
+    const float qn = kRadiusWeight * std::sqrt(kr.dot(H + s * ldh, H + s * ldh, dim_) + 1.0f);
+    for (int64_t c = 0; c < C; ++c) out[s * C + c] += centroid_bias_[c] + qn * radius_[c];
+  }
 }
 
 void LabelIndex::best_clusters(const float* scores, int64_t probe, std::vector<int32_t>& scratch, int32_t* out) const {
+  // One pass with a heap of the best `probe` so far (worst in front): the scan compares each
+  // score with one threshold, and few clusters ever enter the heap.
   const int64_t C = clusters();
   probe = std::max<int64_t>(0, std::min(probe, C));
-  scratch.resize(static_cast<size_t>(C));
-  std::iota(scratch.begin(), scratch.end(), 0);
+  if (probe == 0) return;
   auto better = [scores](int32_t a, int32_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); };
-  if (probe < C) std::nth_element(scratch.begin(), scratch.begin() + probe, scratch.end(), better);
-  std::sort(scratch.begin(), scratch.begin() + probe, better);
-  std::copy(scratch.begin(), scratch.begin() + probe, out);
+  scratch.clear();
+  for (int64_t c = 0; c < probe; ++c) scratch.push_back(static_cast<int32_t>(c));
+  std::make_heap(scratch.begin(), scratch.end(), better);
+  float worst = scores[scratch.front()];
+  for (int64_t c = probe; c < C; ++c) {
+    if (scores[c] <= worst) continue;  // ties keep the lower id, which is in the heap already
+    std::pop_heap(scratch.begin(), scratch.end(), better);
+    scratch.back() = static_cast<int32_t>(c);
+    std::push_heap(scratch.begin(), scratch.end(), better);
+    worst = scores[scratch.front()];
+  }
+  std::sort_heap(scratch.begin(), scratch.end(), better);
+  std::copy(scratch.begin(), scratch.end(), out);
+}
+
+int64_t LabelIndex::default_probe() const noexcept {
+  const int64_t C = clusters();
+  const int64_t by_rows = (kDefaultProbeRows * C + rows_ - 1) / rows_;
+  return std::min(C, std::max(kDefaultProbe, by_rows));
 }
 
 size_t LabelIndex::bytes() const noexcept {
-  return centroids_.capacity() * sizeof(float) + centroid_bias_.capacity() * sizeof(float) +
+  return centroids_t_.capacity() * sizeof(float) + centroid_bias_.capacity() * sizeof(float) +
+         radius_.capacity() * sizeof(float) +
          offsets_.capacity() * sizeof(int64_t) + members_.capacity() * sizeof(int32_t);
 }
 
