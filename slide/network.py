@@ -706,13 +706,14 @@ class Network:
 
         - ``"exact"`` scores every label.
         - ``"index"`` (sublinear, approximate; for serving a trained model) scores the labels
-          of the ``probe`` clusters (default 64) of an inference index over the output layer's
-          weight rows and biases that score best against the row, each label exactly. The
-          index (k-means over the rows, see ``cpp/include/slide/label_index.hpp``) is built
-          at the first call after training, loading or :meth:`parameters` (tens of seconds for
-          10^6 labels; :meth:`build_index` builds it ahead of the first query) and reused until
-          the weights change. A larger ``probe`` is closer to exact; probing every cluster is
-          exact. Needs a hidden layer before the output layer.
+          of the ``probe`` clusters (default 24 on a wide layer, all of them on a small one) of
+          an inference index over the output layer's weight rows and biases that score best
+          against the row, each label exactly. The index (k-means over the rows, see
+          ``cpp/include/slide/label_index.hpp``) is built at the first call after training,
+          loading or :meth:`parameters` (tens of seconds for 10^6 labels; :meth:`build_index`
+          builds it ahead of the first query) and reused until the weights change. A larger
+          ``probe`` is closer to exact; probing every cluster is exact. Needs a hidden layer
+          before the output layer.
         - ``"lsh"`` scores only candidates of a hash-sampled output layer (the same as exact
           on a dense output layer): the neurons its training hash tables return for the row,
           ranked by the number of tables that hold them, at most ``candidates`` of them

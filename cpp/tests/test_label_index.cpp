@@ -84,7 +84,7 @@ TEST_CASE("label index: a partition of the rows with capped clusters") {
   CHECK(std::all_of(seen.begin(), seen.end(), [](int v) { return v == 1; }));
   CHECK(ix.largest_cluster() <= 50 * p.capacity);
   CHECK(ix.bytes() > 0);
-  CHECK(ix.default_probe() == std::min<int64_t>(ix.clusters(), std::max<int64_t>(16, (1024 * ix.clusters() + 2999) / 3000)));
+  CHECK(ix.default_probe() == std::min<int64_t>(ix.clusters(), std::max<int64_t>(kDefaultProbe, (1024 * ix.clusters() + 2999) / 3000)));
 }
 
 TEST_CASE("label index: probing every cluster is exact, a few probes find most maxima") {

@@ -55,9 +55,11 @@ constexpr float kRadiusWeight = 0.1f;
 
 // Clusters a query probes by default (IndexQuery::probe = 0): kDefaultProbe, or more where
 // that many clusters hold fewer than about kDefaultProbeRows labels, at most all of them (a
-// small output layer, whose rows seldom cluster well, is then scored all or nearly all). On
-// the full-size amazon-670k model 16 probes score ~1,700 of 670,091 labels at -0.003 P@1.
-constexpr int64_t kDefaultProbe = 16;
+// small output layer, whose rows seldom cluster well, is then scored all or nearly all).
+// Amazon-670k-shaped models (datasets/synthetic.md): on the full-size one (10 epochs) 16 probes
+// lose 0.004 P@1, 24 probes 0.0025 (~2,500 of 670,091 labels scored); on the 3-epoch,
+// 20,000-point one of benchmarks/inference_latency.py 16 and 20 probes lose 0.0105, 24 0.0015.
+constexpr int64_t kDefaultProbe = 24;
 constexpr int64_t kDefaultProbeRows = 1024;
 
 // Clusters that auto (LabelIndexParams::clusters == 0) gives `rows` rows.

@@ -95,7 +95,7 @@ struct LshQuery {
 // Query-time settings of predict_index.
 struct IndexQuery {
   // Clusters of the index whose members are scored; 0 = auto (LabelIndex::default_probe:
-  // 16 on 670,091 labels, all of them on a thousand or so). Probing every cluster scores every
+  // 24 on 670,091 labels, all of them on a thousand or so). Probing every cluster scores every
   // label (the top-k of exact scoring).
   int64_t probe = 0;
 };
