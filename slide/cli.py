@@ -25,6 +25,10 @@ class UsageError(Exception):
     """A wrong combination of command-line arguments."""
 
 
+# predict/evaluate --mode: slide.network.PREDICT_MODES, spelled out so that the parser does not
+# import the engine (tests check that the two agree).
+_PREDICT_MODES = ("exact", "index", "lsh")
+
 def _user_error_types():
     from .config import ConfigError
     from .runs import RunFolderBusy
@@ -473,8 +477,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("data", metavar="DATA")
     e.add_argument("-k", default="1,3,5", help="comma-separated k values (default 1,3,5)")
     e.add_argument("-o", "--output", metavar="FILE", help="also write the metrics as JSON")
-    e.add_argument("--mode", choices=("exact", "lsh"), default="exact",
-                   help="exact: score every label (default); lsh: only the hash-selected candidates")
+    e.add_argument("--mode", choices=_PREDICT_MODES, default="exact",
+                   help="exact: score every label (default); index: the labels of the best clusters of an "
+                        "inference index built from the output layer at load (sublinear, approximate); lsh: "
+                        "only the candidates of the training hash tables")
     e.set_defaults(func=cmd_evaluate)
 
     pr = sub.add_parser("predict", parents=[debug], help="top-k labels per point",
@@ -484,9 +490,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("-k", type=int, default=5, help="labels per point (default 5)")
     pr.add_argument("-o", "--output", metavar="FILE", help="output file (default stdout)")
     pr.add_argument("--batch", type=int, default=4096, help="points predicted at a time (default 4096)")
-    pr.add_argument("--mode", choices=("exact", "lsh"), default="exact",
-                    help="exact: score every label (default); lsh: only the hash-selected candidates "
-                         "of a hash-sampled output layer (sublinear, approximate)")
+    pr.add_argument("--mode", choices=_PREDICT_MODES, default="exact",
+                    help="exact: score every label (default); index: the labels of the best clusters of an "
+                         "inference index built from the output layer at load (sublinear, approximate); lsh: "
+                         "only the hash-selected candidates of a hash-sampled output layer (sublinear, approximate)")
     pr.set_defaults(func=cmd_predict)
 
     c = sub.add_parser("config", parents=[debug], help="print the defaults or check a config")

@@ -192,11 +192,12 @@ class ShardedCore:
         return float(buf[-1]) / max(1, b)
 
     def predict_topk(self, x_indptr, x_indices, x_values, k: int, mode: str = "exact", candidates: int = 0,
-                     prior: int = 0):
+                     prior: int = 0, probe: int = 0):
         """Top-k over all ranks' labels with softmax scores over all of them (every rank gets
-        the same answer). In mode lsh, candidates and prior apply to each shard's labels."""
+        the same answer). In mode lsh, candidates and prior apply to each shard's labels; in
+        mode index, each shard probes `probe` clusters of its own index."""
         lab, sc, mx, sm = self._local.predict_topk(x_indptr, x_indices, x_values, int(k), mode, with_stats=True,
-                                                   candidates=candidates, prior=prior)
+                                                   candidates=candidates, prior=prior, probe=probe)
         scores = sc.astype(np.float64)
         if self._softmax:   # this shard's softmax probabilities, renormalised over all shards
             gmax, gsum = self._global_stats(mx, sm)

@@ -50,6 +50,15 @@ log = logging.getLogger("slide")
 # to exact scoring at a small cost per query).
 LSH_PRIOR = 1000
 
+# What predict/evaluate accept as mode (see Network.predict).
+PREDICT_MODES = ("exact", "index", "lsh")
+
+
+def _check_mode(mode, what: str) -> None:
+    if not isinstance(mode, str) or mode not in PREDICT_MODES:
+        raise ValueError(f"{what}: mode must be one of {', '.join(repr(m) for m in PREDICT_MODES)}, got {mode!r}")
+
+
 # epochs: auto holds this fraction of train out for validation, at most AUTO_VALID_MAX points
 # (validation is scored exactly after every epoch: more points cost time, not accuracy of choice).
 AUTO_VALID_FRACTION = 0.2
@@ -689,37 +698,72 @@ class Network:
 
     # ------------------------------------------------------------------ inference
     def predict(self, X, k: int = 5, mode: str = "exact", *, candidates: Optional[int] = None,
-                prior: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+                prior: Optional[int] = None, probe: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
         """Top-``k`` labels and scores per row: ``(labels int32 [n, k], scores float32 [n, k])``.
 
         ``X``: scipy sparse matrix, dense 2-D numpy array, or a :class:`slide.Dataset`. Rows
-        are normalised like the training data. ``mode="exact"`` scores every label;
-        ``"lsh"`` scores only candidates of a hash-sampled output layer (sublinear, approximate;
-        the same as exact on a dense output layer): the neurons its hash tables return for the
-        row, ranked by the number of tables that hold them, at most ``candidates`` of them
-        (default: the layer's ``lsh.max_active``, or all when that is 0), plus the ``prior``
-        labels with the largest bias (default 1000; the tables index weight vectors, not
-        biases, and frequent labels that a large bias puts on top are often in no bucket).
-        ``candidates=0`` selects as in training instead (random fill to ``lsh.min_active``).
+        are normalised like the training data. ``mode`` (one of :data:`PREDICT_MODES`):
+
+        - ``"exact"`` scores every label.
+        - ``"index"`` (sublinear, approximate; for serving a trained model) scores the labels
+          of the ``probe`` clusters (default 24 on a wide layer, all of them on a small one) of
+          an inference index over the output layer's weight rows and biases that score best
+          against the row, each label exactly. The index (k-means over the rows, see
+          ``cpp/include/slide/label_index.hpp``) is built at the first call after training,
+          loading or :meth:`parameters` (tens of seconds for 10^6 labels; :meth:`build_index`
+          builds it ahead of the first query) and reused until the weights change. A larger
+          ``probe`` is closer to exact; probing every cluster is exact. Needs a hidden layer
+          before the output layer.
+        - ``"lsh"`` scores only candidates of a hash-sampled output layer (the same as exact
+          on a dense output layer): the neurons its training hash tables return for the row,
+          ranked by the number of tables that hold them, at most ``candidates`` of them
+          (default: the layer's ``lsh.max_active``, or all when that is 0), plus the ``prior``
+          labels with the largest bias (default 1000; the tables index weight vectors, not
+          biases, and frequent labels that a large bias puts on top are often in no bucket).
+          ``candidates=0`` selects as in training instead (random fill to ``lsh.min_active``).
+          The tables serve training; after long training they find the top labels of far
+          fewer rows than the index does (datasets/synthetic.md).
+
         Scores are the output layer's probabilities: softmax over the scored labels, or each
         label's sigmoid for a sigmoid output layer (``activation: auto`` on a dense output
-        layer); labels never scored are -1.
+        layer); labels never scored are -1. ``candidates`` and ``prior`` apply to mode lsh
+        only, ``probe`` to mode index only.
         """
         self._require_built("predict")
-        if mode not in ("exact", "lsh"):
-            raise ValueError(f"predict: mode must be 'exact' or 'lsh', got {mode!r}")
+        _check_mode(mode, "predict")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= self.num_labels:
             raise ValueError(f"predict: k must be an integer in [1, {self.num_labels}], got {k!r}")
         for name, v in (("candidates", candidates), ("prior", prior)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0):
                 raise ValueError(f"predict: {name} must be an integer >= 0 or None, got {v!r}")
+            if v is not None and mode != "lsh":
+                raise ValueError(f"predict: {name} applies to mode='lsh' only, got mode={mode!r}")
+        if probe is not None:
+            if isinstance(probe, bool) or not isinstance(probe, (int, np.integer)) or probe < 1:
+                raise ValueError(f"predict: probe must be an integer >= 1 or None, got {probe!r}")
+            if mode != "index":
+                raise ValueError(f"predict: probe applies to mode='index' only, got mode={mode!r}")
         if hasattr(X, "features") and hasattr(X, "labels"):
             X = X.features
         X = _as_csr(X, what="predict features", dtype=np.float32)
         if not sp.issparse(X) or X.ndim != 2:
             raise ValueError("predict: X must be 2-D")
         self._check_features(X, "predict")
-        return self._predict_arrays(self._query_arrays(X), int(k), mode, candidates, prior)
+        return self._predict_arrays(self._query_arrays(X), int(k), mode, candidates, prior, probe)
+
+    def build_index(self) -> Dict[str, Any]:
+        """Builds the inference index of ``predict(mode="index")`` now, unless one for the
+        current weights exists (e.g. before serving queries, so that the first query does not
+        wait for it); returns :meth:`index_info`."""
+        self._require_built("build_index")
+        return dict(self._core.build_index())
+
+    def index_info(self) -> Dict[str, Any]:
+        """The inference index as it stands: ``{"built", "clusters", "largest_cluster", "rows",
+        "bytes", "build_seconds"}`` (``built`` is False until a call builds it for the current
+        weights; training, loading and :meth:`parameters` drop it)."""
+        self._require_built("index_info")
+        return dict(self._core.index_info())
 
     def _query_arrays(self, X: sp.csr_matrix) -> "_QueryArrays":
         """X (canonical CSR) normalised like the training data, as the engine reads it; the
@@ -733,16 +777,17 @@ class Network:
                             np.ascontiguousarray(X.indices, dtype=np.int32), values)
 
     def _predict_arrays(self, arrays: _Arrays, k: int, mode: str = "exact", candidates: Optional[int] = None,
-                        prior: Optional[int] = None):
+                        prior: Optional[int] = None, probe: Optional[int] = None):
         if mode == "lsh":
             out = self.config.layers[-1].lsh
             if candidates is None:
                 candidates = out.max_active or self.num_labels
             if prior is None:
                 prior = LSH_PRIOR
+        extra = {"probe": int(probe)} if mode == "index" and probe is not None else {}
         labels, scores = self._core.predict_topk(arrays.x_indptr, arrays.x_indices, arrays.x_values,
                                                  int(k), mode, candidates=int(candidates or 0),
-                                                 prior=int(prior or 0))
+                                                 prior=int(prior or 0), **extra)
         return np.asarray(labels, dtype=np.int32), np.asarray(scores, dtype=np.float32)
 
     def _evaluate_arrays(self, arrays: _Arrays, k, mode: str = "exact") -> Dict[str, float]:
@@ -766,11 +811,11 @@ class Network:
 
         PSP uses propensities from the training label counts stored at fit
         (``eval.propensity_a``/``propensity_b``). ``mode`` is :meth:`predict`'s: ``"exact"``
-        scores every label, ``"lsh"`` only the hash-selected candidates.
+        scores every label, ``"index"`` the labels of the inference index's best clusters,
+        ``"lsh"`` only the hash-selected candidates.
         """
         self._require_built("evaluate")
-        if mode not in ("exact", "lsh"):
-            raise ValueError(f"evaluate: mode must be 'exact' or 'lsh', got {mode!r}")
+        _check_mode(mode, "evaluate")
         X, Y, _, _ = self._split_xy(data, need_labels=True, what="evaluate")
         self._check_features(X, "evaluate")
         self._check_labels(Y, "evaluate")

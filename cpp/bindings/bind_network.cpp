@@ -170,6 +170,18 @@ py::array_t<T> to_numpy(const std::vector<T>& v) {
   return a;
 }
 
+py::dict index_info_dict(const slide::IndexInfo& info) {
+  py::dict d;
+  d["built"] = info.built;
+  d["clusters"] = info.clusters;
+  d["largest_cluster"] = info.largest_cluster;
+  d["default_probe"] = info.default_probe;
+  d["rows"] = info.rows;
+  d["bytes"] = info.bytes;
+  d["build_seconds"] = info.build_seconds;
+  return d;
+}
+
 }  // namespace
 
 void bind_network(py::module_& m) {
@@ -268,8 +280,10 @@ run from several Python threads at once.)doc")
       .def(
           "predict_topk",
           [](const Network& net, const py::object& x_indptr, const py::object& x_indices, const py::object& x_values,
-             int64_t k, const std::string& mode, bool with_stats, int64_t candidates, int64_t prior) {
-            if (mode != "exact" && mode != "lsh") bad("mode", "must be 'exact' or 'lsh', got '" + mode + "'");
+             int64_t k, const std::string& mode, bool with_stats, int64_t candidates, int64_t prior, int64_t probe) {
+            if (mode != "exact" && mode != "lsh" && mode != "index")
+              bad("mode", "must be 'exact', 'lsh' or 'index', got '" + mode + "'");
+            if (probe < 0) bad("probe", "must be >= 0 (0 = auto), got " + std::to_string(probe));
             if (candidates < 0) bad("candidates", "must be >= 0 (0 = the layer's selection), got " + std::to_string(candidates));
             if (prior < 0) bad("prior", "must be >= 0, got " + std::to_string(prior));
             if (k < 1 || k > net.output_dim())
@@ -283,8 +297,12 @@ run from several Python threads at once.)doc")
             std::vector<slide::SoftmaxStats> stats(with_stats ? static_cast<size_t>(x.n) : 0);
             {
               py::gil_scoped_release release;
-              net.predict_topk(x, static_cast<int>(k), mode == "lsh", lp, sp, with_stats ? stats.data() : nullptr,
-                               slide::LshQuery{candidates, prior});
+              if (mode == "index")
+                net.predict_index(x, static_cast<int>(k), lp, sp, with_stats ? stats.data() : nullptr,
+                                  slide::IndexQuery{probe});
+              else
+                net.predict_topk(x, static_cast<int>(k), mode == "lsh", lp, sp, with_stats ? stats.data() : nullptr,
+                                 slide::LshQuery{candidates, prior});
             }
             if (!with_stats) return py::tuple(py::make_tuple(labels, scores));
             py::array_t<float> mx(x.n);
@@ -296,11 +314,26 @@ run from several Python threads at once.)doc")
             return py::tuple(py::make_tuple(labels, scores, mx, sm));
           },
           py::arg("x_indptr"), py::arg("x_indices"), py::arg("x_values"), py::arg("k"), py::arg("mode") = "exact",
-          py::arg("with_stats") = false, py::arg("candidates") = 0, py::arg("prior") = 0,
+          py::arg("with_stats") = false, py::arg("candidates") = 0, py::arg("prior") = 0, py::arg("probe") = 0,
           "Top-k labels (int32 [n,k]) and softmax scores (float32 [n,k]) per sample; with_stats adds the "
           "softmax statistics (max float32 [n], sum float64 [n]) of the scored neurons. mode 'lsh': "
           "candidates N > 0 scores the N hash candidates found in the most tables (no random fill; 0 = "
-          "as in training); prior P also scores the P labels with the largest bias.")
+          "as in training); prior P also scores the P labels with the largest bias. mode 'index': the "
+          "members of the `probe` best clusters of the inference index (0 = auto), built on first use.")
+      .def(
+          "index_info", [](const Network& net) { return index_info_dict(net.index_info()); },
+          "The inference index as it stands: {built, clusters, largest_cluster, rows, bytes, build_seconds}.")
+      .def(
+          "build_index",
+          [](const Network& net) {
+            slide::IndexInfo info;
+            {
+              py::gil_scoped_release release;
+              info = net.build_index();
+            }
+            return index_info_dict(info);
+          },
+          "Builds the inference index of mode 'index' now when it is missing or stale; returns index_info().")
       .def_property(
           "step", [](const Network& n) { return n.step(); },
           [](Network& n, const py::object& v) {

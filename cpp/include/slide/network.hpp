@@ -92,6 +92,25 @@ struct LshQuery {
   int64_t prior = 0;
 };
 
+// Query-time settings of predict_index.
+struct IndexQuery {
+  // Clusters of the index whose members are scored; 0 = auto (LabelIndex::default_probe:
+  // 24 on 670,091 labels, all of them on a thousand or so). Probing every cluster scores every
+  // label (the top-k of exact scoring).
+  int64_t probe = 0;
+};
+
+// Facts about a network's inference index (predict_index builds it on first use).
+struct IndexInfo {
+  bool built = false;
+  int64_t clusters = 0;
+  int64_t largest_cluster = 0;  // members of the largest cluster
+  int64_t default_probe = 0;    // clusters a query probes by default
+  int64_t rows = 0;
+  size_t bytes = 0;
+  double build_seconds = 0.0;
+};
+
 struct ShardBatch;     // a label-sharded batch between its phases (trainer_sharded.cpp)
 struct SharedBlock;    // the shared-negatives trainer's batch state (trainer_shared.cpp)
 
@@ -152,6 +171,22 @@ class Network {
   // `query` sets what use_lsh scores (LshQuery; the default selects as in training).
   void predict_topk(const CsrView& x, int k, bool use_lsh, int32_t* labels, float* scores,
                     SoftmaxStats* stats = nullptr, const LshQuery& query = LshQuery()) const;
+
+  // Top-k labels and scores as predict_topk, from the inference index of the output layer
+  // (label_index.hpp): the rows of the `query.probe` clusters that score best against the
+  // sample's output-layer input, scored exactly; softmax over the scored labels (each
+  // label's sigmoid on a sigmoid output layer); slots beyond them get label -1, score 0.
+  // The index is built from the output layer's weights and biases at the first call after
+  // the network was created, trained, restored or handed out parameters() (which may write
+  // the weights), and reused until then; building takes the index's own lock, so
+  // concurrent calls wait for one build. Throws InvalidArgument when the output layer reads
+  // the sparse input directly (no hidden layer to index against) or probe < 0.
+  void predict_index(const CsrView& x, int k, int32_t* labels, float* scores, SoftmaxStats* stats = nullptr,
+                     const IndexQuery& query = IndexQuery()) const;
+  // The index as it stands (built = false until predict_index or build_index builds it).
+  IndexInfo index_info() const;
+  // Builds the index now (if it is missing or stale), e.g. before serving queries.
+  IndexInfo build_index() const;
 
   // ------------------------------------------------------------ label-sharded training
   // One batch step of a shard, in three calls between which the caller exchanges with

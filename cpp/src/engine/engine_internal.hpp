@@ -19,6 +19,7 @@
 #include "slide/csr.hpp"
 #include "slide/workspace.hpp"
 #include <memory>
+#include "slide/label_index.hpp"
 #include "slide/layer.hpp"
 #include "slide/random.hpp"
 #include "slide/workspace.hpp"
@@ -176,8 +177,53 @@ void plan_batch_activations(BatchMatrices& M, const std::vector<Layer>& layers, 
 //   dominate the time of a single query. At most as many as were in use at once.
 // - the label prior of LshQuery::prior: output neurons by decreasing bias, taken at the
 //   first call that needs it after the weights or tables changed (invalidate()).
+// - the inference index of predict_index (label_index.hpp) with its scratch pool: built at
+//   the first call that needs it after the weights changed (invalidate(), or another step),
+//   under its own lock so that concurrent callers wait for one build while the workspace
+//   pool stays free.
+struct IndexScratch {
+  std::vector<float> H;              // the block's output-layer inputs
+  std::vector<float> cluster_scores;  // block x clusters
+  std::vector<int32_t> probe, order;  // probed clusters of the block's samples; best_clusters' scratch
+  std::vector<std::pair<int64_t, int64_t>> visits;  // (cluster << 32 | sample, first slot) per probe
+  std::vector<int64_t> offset;        // each sample's first slot
+  std::vector<float> logits;          // slots: scored labels of the block's samples
+  std::vector<int32_t> ids;
+  std::vector<float> wide;            // a bf16 row widened
+};
+
 class PredictCache {
  public:
+  // The index for weights at training step `step`, built by `make` when missing or stale.
+  template <class Make>
+  std::shared_ptr<const LabelIndex> index(int64_t step, Make&& make) {
+    std::lock_guard<std::mutex> build_lock(index_build_mutex_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (index_ && index_step_ == step) return index_;
+    }
+    std::shared_ptr<const LabelIndex> built = make();
+    std::lock_guard<std::mutex> lock(mutex_);
+    index_ = built;
+    index_step_ = step;
+    return index_;
+  }
+  // The index if one is built for step `step`, else null.
+  std::shared_ptr<const LabelIndex> current_index(int64_t step) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return index_ && index_step_ == step ? index_ : nullptr;
+  }
+  std::unique_ptr<IndexScratch> take_scratch() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (scratch_.empty()) return std::make_unique<IndexScratch>();
+    std::unique_ptr<IndexScratch> s = std::move(scratch_.back());
+    scratch_.pop_back();
+    return s;
+  }
+  void give_scratch(std::unique_ptr<IndexScratch> s) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    scratch_.push_back(std::move(s));
+  }
   std::unique_ptr<SampleWorkspace> take(const std::vector<Layer>& layers) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -197,6 +243,7 @@ class PredictCache {
   void invalidate() {
     std::lock_guard<std::mutex> lock(mutex_);
     prior_.reset();
+    index_.reset();
   }
   // The first min(out_dim, kMaxPrior) neurons of `out` by decreasing bias (ties: lower id),
   // for weights at training step `step`.
@@ -221,6 +268,7 @@ class PredictCache {
     std::lock_guard<std::mutex> lock(mutex_);
     size_t b = prior_ ? prior_->capacity() * sizeof(int32_t) : 0;
     for (const auto& ws : free_) b += ws->bytes();
+    if (index_) b += index_->bytes();
     return b;
   }
 
@@ -229,6 +277,10 @@ class PredictCache {
   std::vector<std::unique_ptr<SampleWorkspace>> free_;
   std::shared_ptr<const std::vector<int32_t>> prior_;
   int64_t prior_step_ = -1;
+  std::mutex index_build_mutex_;  // held while an index is built (taken before mutex_)
+  std::shared_ptr<const LabelIndex> index_;
+  int64_t index_step_ = -1;
+  std::vector<std::unique_ptr<IndexScratch>> scratch_;
 };
 
 // A label shard's batch between its phases (trainer_sharded.cpp): the data views (the

@@ -333,3 +333,205 @@ void Network::predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* ou
 }
 
 }  // namespace slide
+
+namespace slide {
+
+namespace {
+// The inference index over the output layer's rows (float32, or bf16 widened while building).
+std::shared_ptr<const LabelIndex> make_index(const Layer& out, int threads, uint64_t seed) {
+  return std::make_shared<const LabelIndex>(out.bf16 ? nullptr : out.weight.data(),
+                                            out.bf16 ? out.weight16.data() : nullptr, out.bias.data(), out.out_dim,
+                                            out.row_len, LabelIndexParams(), threads, seed);
+}
+constexpr uint64_t kIndexSalt = 0x4C4E4458ull;
+}  // namespace
+
+IndexInfo Network::index_info() const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  IndexInfo info;
+  std::shared_ptr<const LabelIndex> ix = predict_cache_->current_index(step_);
+  if (!ix) return info;
+  info.built = true;
+  info.clusters = ix->clusters();
+  info.largest_cluster = ix->largest_cluster();
+  info.default_probe = ix->default_probe();
+  info.rows = ix->rows();
+  info.bytes = ix->bytes();
+  info.build_seconds = ix->build_seconds();
+  return info;
+}
+
+IndexInfo Network::build_index() const {
+  {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    const Layer& out = layers_.back();
+    if (out.sparse_input)
+      throw InvalidArgument("index: the output layer reads the input features directly; an index needs a hidden layer "
+                            "before the output layer");
+    predict_cache_->index(step_, [&] { return make_index(out, threads_, stream_seed(spec_.seed, kIndexSalt)); });
+  }
+  return index_info();
+}
+
+void Network::predict_index(const CsrView& x, int k, int32_t* out_labels, float* out_scores, SoftmaxStats* stats,
+                            const IndexQuery& query) const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  if (k < 1) throw InvalidArgument("k: must be >= 1, got " + std::to_string(k));
+  if (query.probe < 0) throw InvalidArgument("probe: must be >= 0 (0 = auto), got " + std::to_string(query.probe));
+  const Layer& out = layers_.back();
+  if (out.sparse_input)
+    throw InvalidArgument("index: the output layer reads the input features directly; an index needs a hidden layer "
+                          "before the output layer");
+  const std::shared_ptr<const LabelIndex> ix =
+      predict_cache_->index(step_, [&] { return make_index(out, threads_, stream_seed(spec_.seed, kIndexSalt)); });
+  const Kernels& kr = kernels();
+  const int nl = static_cast<int>(layers_.size());
+  const int64_t len = out.row_len, C = ix->clusters();
+  const int64_t probe = query.probe > 0 ? std::min(C, query.probe) : ix->default_probe();
+  const float* W = out.weight.data();
+  const float* bias = out.bias.data();
+  const bool sigmoid = out.spec.activation == Activation::Sigmoid;
+  // A block of samples shares one matrix product for its cluster scores, and each probed
+  // cluster's rows are read once for all the samples of the block that probe it (frequent
+  // labels sit in clusters that most queries probe). Each sample's labels are scored in its
+  // own probe order with the same dot products as a single query, so a row predicted alone
+  // or in a batch gets the same result. Blocks are cut so that their slots stay within
+  // kSlotBudget labels (probing every cluster scores one sample at a time).
+  constexpr int64_t kMaxBlock = 64, kSlotBudget = int64_t(1) << 21;
+  const int64_t worst = std::max<int64_t>(1, probe * ix->largest_cluster());
+  const int64_t block = std::max<int64_t>(1, std::min(kMaxBlock, kSlotBudget / worst));
+  const int64_t blocks = (x.n + block - 1) / block;
+  // One sample runs on the calling thread: waking a team costs more than the query.
+  const int nt = x.n > 1 ? static_cast<int>(std::min<int64_t>(threads_, blocks)) : 1;
+  struct Checkout {
+    PredictCache& pool;
+    std::vector<std::unique_ptr<SampleWorkspace>> wss;
+    std::vector<std::unique_ptr<IndexScratch>> scratch;
+    ~Checkout() {
+      for (auto& ws : wss)
+        if (ws) pool.give(std::move(ws));
+      for (auto& s : scratch)
+        if (s) pool.give_scratch(std::move(s));
+    }
+  } checkout{*predict_cache_, {}, {}};
+  for (int t = 0; t < nt; ++t) {
+    checkout.wss.push_back(predict_cache_->take(layers_));
+    checkout.scratch.push_back(predict_cache_->take_scratch());
+  }
+  auto row_prefetch = [&](int64_t r) {
+    if (out.bf16)
+      prefetch_row(reinterpret_cast<const float*>(out.row16(r)), len / 2);
+    else
+      prefetch_row(W + r * len, len);
+  };
+  InterruptPoller poller;
+  ExceptionCatcher catcher;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    SampleWorkspace& ws = *checkout.wss[omp_get_thread_num()];
+    IndexScratch& sc = *checkout.scratch[omp_get_thread_num()];
+    catcher.run([&] {
+      sc.H.resize(static_cast<size_t>(block * len));
+      sc.cluster_scores.resize(static_cast<size_t>(block * C));
+      sc.probe.resize(static_cast<size_t>(block * probe));
+      sc.offset.resize(static_cast<size_t>(block + 1));
+      if (out.bf16) sc.wide.resize(static_cast<size_t>(len));
+    });
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      if (catcher.failed() || poller.should_stop()) continue;
+      catcher.run([&] {
+        const int64_t s0 = blk * block, ns = std::min(block, x.n - s0);
+        Rng unused(0);  // no sampling and no dropout here
+        for (int64_t s = 0; s < ns; ++s) {
+          forward_hidden(layers_, ws, kr, csr_row(x, s0 + s), false, 0.0f, unused, nullptr);
+          std::copy(ws.out[nl - 2].begin(), ws.out[nl - 2].end(), sc.H.begin() + s * len);
+        }
+        ix->cluster_scores(kr, sc.H.data(), len, ns, sc.cluster_scores.data());
+        // Each sample's slots: its probed clusters' members, in probe order.
+        sc.visits.clear();  // (cluster << 32 | sample, first slot), sorted by cluster, then sample
+        sc.offset[0] = 0;
+        for (int64_t s = 0; s < ns; ++s) {
+          int32_t* pr = sc.probe.data() + s * probe;
+          ix->best_clusters(sc.cluster_scores.data() + s * C, probe, sc.order, pr);
+          int64_t slot = sc.offset[s];
+          for (int64_t p = 0; p < probe; ++p) {
+            sc.visits.emplace_back(static_cast<int64_t>(pr[p]) << 32 | s, slot);
+            slot += ix->cluster_size(pr[p]);
+          }
+          sc.offset[s + 1] = slot;
+        }
+        std::sort(sc.visits.begin(), sc.visits.end());
+        const int64_t nv = static_cast<int64_t>(sc.visits.size());
+        const int64_t slots = sc.offset[ns];
+        sc.logits.resize(static_cast<size_t>(slots));
+        sc.ids.resize(static_cast<size_t>(slots));
+        constexpr int64_t kAhead = 6;  // rows are scattered: prefetch well ahead
+        for (int64_t j = 0; j < nv;) {
+          const int64_t c = sc.visits[j].first >> 32;
+          int64_t e = j;
+          while (e < nv && (sc.visits[e].first >> 32) == c) ++e;
+          const int32_t* m = ix->members_begin(c);
+          const int64_t cnt = ix->cluster_size(c);
+          // The next cluster's first rows are prefetched while this one ends.
+          const int32_t* next = e < nv ? ix->members_begin(sc.visits[e].first >> 32) : nullptr;
+          const int64_t next_cnt = e < nv ? ix->cluster_size(sc.visits[e].first >> 32) : 0;
+          for (int64_t q = 0; q < std::min(kAhead, cnt) && j == 0; ++q) row_prefetch(m[q]);
+          for (int64_t q = 0; q < cnt; ++q) {
+            if (q + kAhead < cnt)
+              row_prefetch(m[q + kAhead]);
+            else if (q + kAhead - cnt < next_cnt)
+              row_prefetch(next[q + kAhead - cnt]);
+            const int64_t r = m[q];
+            const float* w = W + r * len;
+            if (out.bf16) {
+              kr.from_bf16(out.row16(r), sc.wide.data(), len);
+              w = sc.wide.data();
+            }
+            for (int64_t v = j; v < e; ++v) {
+              const int64_t s = sc.visits[v].first & 0xFFFFFFFF;
+              const int64_t slot = sc.visits[v].second + q;
+              sc.logits[slot] = kr.dot(w, sc.H.data() + s * len, len) + bias[r];
+              sc.ids[slot] = static_cast<int32_t>(r);
+            }
+          }
+          j = e;
+        }
+        for (int64_t s = 0; s < ns; ++s) {
+          const int64_t i = s0 + s;
+          int32_t* lab = out_labels + i * k;
+          float* scr = out_scores + i * k;
+          std::fill(lab, lab + k, -1);
+          std::fill(scr, scr + k, 0.0f);
+          if (stats) stats[i] = SoftmaxStats{};
+          const float* z = sc.logits.data() + sc.offset[s];
+          const int32_t* id = sc.ids.data() + sc.offset[s];
+          const int64_t m = sc.offset[s + 1] - sc.offset[s];
+          if (m == 0) continue;
+          float mx = z[0];
+          for (int64_t j = 1; j < m; ++j) mx = std::max(mx, z[j]);
+          const double sum = kr.exp_sum(z, m, mx);
+          if (stats) stats[i] = SoftmaxStats{mx, sum};
+          auto& heap = ws.heap;
+          heap.clear();
+          for (int64_t j = 0; j < m; ++j)
+            if (heap.size() < static_cast<size_t>(k) || z[j] >= heap.front().first)
+              heap_offer(heap, static_cast<size_t>(k), Scored(z[j], id[j]));
+          std::sort_heap(heap.begin(), heap.end(), better);
+          for (size_t j = 0; j < heap.size(); ++j) {
+            lab[j] = heap[j].second;
+            scr[j] = sigmoid ? sigmoid_score(heap[j].first)
+                             : static_cast<float>(std::exp(static_cast<double>(heap[j].first) - mx) / sum);
+          }
+        }
+      });
+    }
+  }
+  catcher.rethrow();
+  if (poller.stopped()) throw Interrupted();
+  if (shard_begin_ != 0)
+    for (int64_t i = 0; i < x.n * k; ++i)
+      if (out_labels[i] >= 0) out_labels[i] += static_cast<int32_t>(shard_begin_);
+}
+
+}  // namespace slide

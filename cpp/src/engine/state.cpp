@@ -10,6 +10,8 @@
 namespace slide {
 
 std::vector<ParameterArray> Network::parameters() {
+  // The views may be written: what prediction derived from the weights is rebuilt.
+  predict_cache_->invalidate();
   std::vector<ParameterArray> p;
   for (Layer& L : layers_) {
     const std::string base = "layers." + std::to_string(L.index) + ".";
