@@ -61,6 +61,7 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     "softmax-dropout0.5-eps1e-3": {"training.dropout": 0.5, "optimizer.eps": 1e-3},
     "softmax-wd0.1": {"optimizer.weight_decay": 0.1},
     "softmax-h512-bf16": {"layers.0.size": 512, "layers.-1.precision": "bf16"},
+    "softmax-range15": {"layers.-1.lsh.range_pow": 15},
 }
 
 
