@@ -34,6 +34,15 @@ std::vector<float> random_rows(int64_t n, int dim, uint64_t seed, float keep = 1
   return x;
 }
 
+// The tables of two builds are the same, bucket for bucket.
+void check_same_tables(const LshTablesState& got, const LshTablesState& want) {
+  CHECK(got.num_rows == want.num_rows);
+  CHECK(got.table_offsets == want.table_offsets);
+  CHECK(got.bucket_ids == want.bucket_ids);
+  CHECK(got.bucket_offsets == want.bucket_offsets);
+  CHECK(got.items == want.items);
+}
+
 }  // namespace
 
 TEST_CASE("range_pow: derived once, bounded by the code bits") {
@@ -142,11 +151,7 @@ TEST_CASE("a rebuild spread over several steps gives the tables of a build at on
     CHECK(calls == steps);
     CHECK_FALSE(spread.rebuild_pending());
     const LshTablesState got = spread.export_state();
-    CHECK(got.num_rows == want.num_rows);
-    CHECK(got.table_offsets == want.table_offsets);
-    CHECK(got.bucket_ids == want.bucket_ids);
-    CHECK(got.bucket_offsets == want.bucket_offsets);
-    CHECK(got.items == want.items);
+    check_same_tables(got, want);
   }
   LshTables idle(p, n);
   CHECK_THROWS_AS(idle.rebuild_step(*h, w.data(), 1), InvalidArgument);
@@ -185,11 +190,7 @@ TEST_CASE("a spread rebuild of bf16 rows gives the tables of a bf16 build at onc
       INFO("steps " << steps);
       CHECK(calls == steps);
       const LshTablesState got = spread.export_state();
-      CHECK(got.num_rows == want.num_rows);
-      CHECK(got.table_offsets == want.table_offsets);
-      CHECK(got.bucket_ids == want.bucket_ids);
-      CHECK(got.bucket_offsets == want.bucket_offsets);
-      CHECK(got.items == want.items);
+      check_same_tables(got, want);
     }
     LshTables idle(p, n);
     idle.begin_rebuild(*h, n, dim, 2, 1);
