@@ -60,16 +60,23 @@ def init_output_centroids(net, arrays) -> float:
         rows = np.flatnonzero(np.diff(Yt.indptr))
         if rows.size:
             W[rows] += np.asarray(Yt[rows] @ H, dtype=np.float32)
-    if sigmoid:
-        counts = np.bincount(labels, minlength=end - begin)[has].astype(np.float64)
-        mean = (total / max(arrays.n, 1)).astype(np.float32)
-        W[has] = W[has] / counts[:, None].astype(np.float32) - mean
-    norms = np.linalg.norm(W[has], axis=1, keepdims=True)
-    W[has] *= CENTROID_NORM / np.maximum(norms, 1e-30)
+    # In place, a block of rows at a time: indexing W[has] would copy most of a wide layer
+    # (hundreds of MiB at 670K labels) while training's own state is already allocated.
+    counts = np.bincount(labels, minlength=end - begin).astype(np.float32)
+    mean = (total / max(arrays.n, 1)).astype(np.float32)
     if sigmoid:
         base_rate = min(0.5, max(Y.nnz, 1) / (max(arrays.n, 1) * float(max(Y.shape[1], 1))))
         bias = params[f"layers.{nl - 1}.bias"]
-        bias[has] = -(W[has] @ mean) + np.float32(np.log(base_rate / (1.0 - base_rate)))
+    for r0 in range(0, W.shape[0], chunk):
+        r1 = min(W.shape[0], r0 + chunk)
+        Wb, hb = W[r0:r1], has[r0:r1]
+        if sigmoid:
+            Wb[hb] /= counts[r0:r1][hb, None]
+            Wb[hb] -= mean
+        norms = np.linalg.norm(Wb, axis=1)
+        Wb *= np.where(hb, CENTROID_NORM / np.maximum(norms, 1e-30), 1.0).astype(np.float32)[:, None]
+        if sigmoid:
+            bias[r0:r1][hb] = -(Wb[hb] @ mean) + np.float32(np.log(base_rate / (1.0 - base_rate)))
     if _bf16.is_bf16(W_store):
         W_store[...] = _bf16.from_float32(W)
     if net.resolved_sampling and "lsh" in net.resolved_sampling:

@@ -102,7 +102,10 @@ class LshTables {
   // Each table inserts the items in its own seeded random order; a full bucket then keeps the
   // last bucket_capacity inserted (FIFO) or a uniform sample of them (Reservoir), so neither
   // policy favours low or high item ids. Requires num_rows <= num_items, stride >= h.dim() and
-  // h made from the same LshParams (InvalidArgument otherwise).
+  // h made from the same LshParams (InvalidArgument otherwise, the tables unchanged). Once the
+  // arguments pass, the current tables are freed before the new ones are built (so that a wide
+  // layer never holds two sets): a build that fails after that (an interrupt) leaves every
+  // bucket empty until the next build.
   void build(const HashFunction& h, const float* rows, int64_t num_rows, int64_t stride,
              int num_threads, uint64_t seed);
   // The same from rows stored as bfloat16 bits (bf16.hpp), each widened exactly to float32
