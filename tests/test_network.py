@@ -272,6 +272,33 @@ def lsh_output(K=2, **kw):
     return Network(cfg, lr=0.01, **kw)
 
 
+def test_table_state_arrays_outlive_rebuilds_and_the_network(data):
+    """table_state hands the engine's exported arrays to numpy without copying them: they must
+    own their memory, unchanged by later rebuilds of the tables and by the network's end, and
+    restore the very same tables."""
+    import gc
+
+    train, _ = data
+    net = lsh_output()
+    net.fit(train, epochs=1)
+    state = net._core.table_state(1)
+    kept = {k: np.array(v, copy=True) for k, v in state.items()}
+    assert all(np.asarray(state[k]).flags.owndata is False for k in kept if k != "num_rows")
+    other = lsh_output(seed=4)
+    other.fit(train, epochs=1)
+    assert any(not np.array_equal(np.asarray(v), kept[k]) for k, v in other._core.table_state(1).items())
+    other._core.set_table_state(1, state)          # the state as handed out restores the tables
+    for k, v in other._core.table_state(1).items():
+        np.testing.assert_array_equal(np.asarray(v), kept[k], err_msg=k)
+    net._core.rebuild_tables()                      # at-once rebuilds free the exported tables' source
+    net._core.rebuild_tables()
+    del net
+    gc.collect()
+    for k, v in state.items():
+        np.testing.assert_array_equal(np.asarray(v), kept[k], err_msg=k)
+    assert int(kept["items"].size) > 0 and int(kept["table_offsets"][-1]) == kept["bucket_ids"].size
+
+
 @pytest.mark.parametrize("K", [2, 4])  # 6-bit ids (direct lookup) and 12-bit ids (hashed lookup)
 def test_resume_with_lsh_output_is_bit_identical(data, tmp_path, K):
     """The hash tables and rebuild schedule travel with the checkpoint (15 batches per epoch:

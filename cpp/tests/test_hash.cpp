@@ -161,6 +161,27 @@ TEST_CASE("a rebuild spread over several steps gives the tables of a build at on
   CHECK_FALSE(idle.rebuild_pending());
 }
 
+TEST_CASE("an at-once build over built tables frees them first and gives the tables of a fresh build") {
+  const int dim = 32;
+  const int64_t n = 3000;
+  const LshParams p = params(HashFamily::DWTA, 3, 6, 9);
+  auto h = HashFunction::create(p, dim, 21);
+  const std::vector<float> w = random_rows(n, dim, 8, 0.4f), other = random_rows(n, dim, 9, 0.4f);
+  LshTables fresh(p, n);
+  fresh.build(*h, w.data(), n, dim, 2, 99);
+  LshTables reused(p, n);
+  reused.build(*h, other.data(), n, dim, 2, 5);
+  reused.build(*h, w.data(), n, dim, 2, 99);
+  check_same_tables(reused.export_state(), fresh.export_state());
+  // A build that fails its checks leaves the tables as they were.
+  const LshTablesState before = reused.export_state();
+  CHECK_THROWS_AS(reused.build(*h, static_cast<const float*>(nullptr), n, dim, 1, 1), InvalidArgument);
+  CHECK_THROWS_AS(reused.build(*h, w.data(), n, dim - 1, 1, 1), InvalidArgument);
+  check_same_tables(reused.export_state(), before);
+  // The freed tables do not count any more: the memory is the new set's.
+  CHECK(reused.memory_bytes() == fresh.memory_bytes());
+}
+
 TEST_CASE("a spread rebuild of bf16 rows gives the tables of a bf16 build at once and of the widened rows") {
   const int dim = 32;
   const int64_t n = 3000;
