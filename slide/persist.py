@@ -264,13 +264,20 @@ def _read(path: str):
     if not os.path.exists(path):
         raise FileNotFoundError(f"network file not found: {path}")
     try:
+        # Every member read to its end first: the zip format checks a member's CRC-32 only there,
+        # and np.load reads just the bytes an array's header asks for, so a member whose size
+        # field and data were both damaged would otherwise load unchecked.
+        with zipfile.ZipFile(path) as zf:
+            bad = zf.testzip()
+        if bad is not None:
+            raise ValueError(f"entry {bad!r} fails its CRC-32 check")
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, zipfile.LargeZipFile,
             NotImplementedError, RuntimeError) as e:
         # damaged zip headers surface as any of these (e.g. an unknown compression method)
         raise ValueError(f"{path}: not a readable slide network file (truncated or corrupt): "
-                         f"{e}") from None
+                         f"{e or type(e).__name__}") from None
     if "meta" not in data:
         raise ValueError(f"{path}: not a slide network file (no 'meta' entry)")
     try:
