@@ -226,6 +226,10 @@ def cmd_train(args) -> int:
     if summary.get("refit_epochs"):
         kept = (f"epochs auto: best validation P@1 after {summary['best_epoch']} epochs, "
                 f"refit on all of train for {summary['refit_epochs']}")
+        tried = summary.get("lr_search") or []
+        if len(tried) > 1:
+            kept += (f"; lr {summary['lr']:g} of " + ", ".join(f"{t['lr']:g}" for t in tried)
+                     + " by validation")
     else:
         kept = f"kept epoch {summary['kept_epoch']}"
     ranks = summary.get("ranks", 1)

@@ -103,6 +103,9 @@ class OptimizerConfig:
     lr: float = _f(4e-3, "learning rate", gt=0.0)
     betas: List[float] = _f([0.9, 0.999], "Adam moment decay rates [beta1, beta2], each in [0, 1)")
     eps: float = _f(1e-8, "Adam epsilon", gt=0.0)
+    lr_search: List[float] = _f([0.5, 2.0], "epochs=auto on a small problem (a cheap search): also search at "
+                                            "lr x each factor and keep the rate with the best validation "
+                                            "P@1 (by at least one validation point); [] = off")
     weight_decay: float = _f(0.0, "decoupled weight decay on touched rows", min=0.0)
     warmup_steps: int = _f(0, "linear learning-rate warm-up over this many steps", min=0)
     lr_decay: float = _f(0.85, "multiply the learning rate by this after each epoch, or after every "
@@ -289,6 +292,10 @@ class Config:
         b = self.optimizer.betas
         if len(b) != 2 or not all(0.0 <= x < 1.0 for x in b):
             err("optimizer.betas", f"expected two numbers in [0, 1), got {b}")
+        f = self.optimizer.lr_search
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0.0 < x < float("inf")
+                   for x in f):
+            err("optimizer.lr_search", f"expected a list of positive factors (or []), got {f}")
         if not self.eval.k or any((not isinstance(k, int)) or k < 1 for k in self.eval.k):
             err("eval.k", f"expected a list of positive integers, got {self.eval.k}")
         if not (0.0 <= self.data.valid_fraction < 1.0):

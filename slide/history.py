@@ -25,6 +25,9 @@ class History:
         self.stopped_by_budget = False
         self.interrupted = False
         self.refit_epochs: Optional[int] = None
+        # epochs=auto on a small problem (slide.lr_search): each rate searched, the configured one
+        # first, with its best validation P@1 and epoch; empty when only the configured rate ran.
+        self.lr_search: List[Dict[str, Any]] = []
 
     def __len__(self) -> int:
         return len(self.records)

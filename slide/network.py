@@ -26,6 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import callbacks as _callbacks
+from . import lr_search as _lr_search
 from . import memory as _memory
 from . import persist as _persist
 from ._util import positive_int as _positive_int
@@ -357,7 +358,9 @@ class Network:
         ``max_epochs`` / half of ``time_budget``). Then, when the split came out of train and
         ``training.refit`` is on, a *refit* trains a fresh network on all of train for the best
         number of epochs, replaying the search's learning rates (records carry ``"phase"``).
-        Otherwise the best weights of the search are kept.
+        Otherwise the best weights of the search are kept. Before the refit, a cheap search is
+        repeated at ``optimizer.lr_search`` times the rate and the best rate kept
+        (:mod:`slide.lr_search`; ``history.lr_search``).
 
         With a count, validation data (``valid`` or ``data.valid_fraction``) drives early
         stopping, the plateau schedule and ``training.restore_best`` (the weights of the best
@@ -417,6 +420,7 @@ class Network:
                                        tr.time_budget * (0.5 if refit else 1.0))
                     if refit and not history.interrupted and (not self.stop_training
                                                               or history.stopped_early):
+                        history.lr_search = _lr_search.maybe_search(self, split, data)
                         self._start_refit(data)
                     elif not self.stop_training or history.stopped_early:
                         self._phase = "done"

@@ -699,6 +699,8 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
         "peak_rss_bytes_per_rank": rss_per_rank,
         "best_epoch": history.best_epoch,
         "refit_epochs": getattr(history, "refit_epochs", None),
+        "lr": float(net.config.optimizer.lr),
+        "lr_search": list(getattr(history, "lr_search", []) or []),
         "kept_epoch": kept_epoch,
         "epochs": epochs_done,
         "steps": int(net.step),

@@ -1,0 +1,74 @@
+"""epochs=auto on a small problem also chooses the learning rate on the validation split
+(slide.lr_search): the rates tried, the one kept, the refit it drives, and when it is skipped."""
+import numpy as np
+import pytest
+
+import slide
+from slide import lr_search
+from slide.config import ConfigError
+from slide.network import Network
+
+from test_network import make_problem
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, Y = make_problem(n=700, seed=4)
+    return (X[:500], Y[:500]), (X[500:], Y[500:])
+
+
+def auto(lr, factors, **training):
+    return Network({"layers": [{"size": 32}, {"size": None, "activation": "auto", "sampling": "auto"}],
+                    "optimizer": {"lr": lr, "lr_search": factors},
+                    "training": dict({"threads": 1, "seed": 3, "batch_size": 32, "dropout": 0.0}, **training)})
+
+
+def p1(net, test):
+    top, _ = net.predict(test[0], k=1)
+    return slide.metrics.evaluate(top, test[1], k=(1,))["P@1"]
+
+
+def test_a_much_better_rate_is_found_and_refit_with(data):
+    train, test = data
+    net = auto(2e-5, [200.0])                       # 2e-5 barely moves in the search; 4e-3 learns
+    history = net.fit(train)
+    tried = history.lr_search
+    assert [t["lr"] for t in tried] == pytest.approx([2e-5, 4e-3])
+    assert tried[1]["best_valid_P@1"] > tried[0]["best_valid_P@1"] + 0.1
+    assert net.config.optimizer.lr == pytest.approx(4e-3)
+    # the refit trains for the chosen search's best epoch count, at its learning rates
+    assert history.best_epoch == tried[1]["best_epoch"]
+    assert history.refit_epochs == int(np.ceil(tried[1]["best_epoch"]))
+    refit_lrs = [r["lr"] for r in history.records if r.get("phase") == "refit"]
+    assert refit_lrs and refit_lrs[0] == pytest.approx(4e-3)
+    alone = auto(2e-5, [])
+    alone.fit(train)
+    assert alone.history.lr_search == [] and alone.config.optimizer.lr == pytest.approx(2e-5)
+    assert p1(net, test) > p1(alone, test) + 0.1
+
+
+def test_the_configured_rate_stays_without_a_clear_lead(data):
+    train, _ = data
+    net = auto(4e-3, [1.0])                          # the same rate again: the same search, a tie
+    history = net.fit(train)
+    a, b = history.lr_search
+    assert a["best_valid_P@1"] == b["best_valid_P@1"] and a["best_epoch"] == b["best_epoch"]
+    assert net.config.optimizer.lr == pytest.approx(4e-3)
+
+
+def test_skipped_for_a_costly_search_a_time_budget_or_fixed_epochs(data, monkeypatch):
+    train, _ = data
+    monkeypatch.setattr(lr_search, "LR_SEARCH_MAX_WORK", 0.0)
+    net = auto(2e-5, [200.0])
+    assert net.fit(train).lr_search == [] and net.config.optimizer.lr == pytest.approx(2e-5)
+    monkeypatch.undo()
+    budgeted = auto(2e-5, [200.0], time_budget=30.0)
+    assert budgeted.fit(train).lr_search == []
+    fixed = auto(2e-5, [200.0], epochs=2)
+    assert fixed.fit(train).lr_search == [] and fixed.config.optimizer.lr == pytest.approx(2e-5)
+
+
+@pytest.mark.parametrize("bad", [[0.0], [-1.0], [True], [float("inf")]])
+def test_bad_factors_name_the_key(bad):
+    with pytest.raises(ConfigError, match="optimizer.lr_search"):
+        slide.Config.from_dict({"optimizer": {"lr_search": bad}})
