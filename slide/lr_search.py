@@ -72,28 +72,37 @@ def maybe_search(net, split, data) -> List[Dict[str, Any]]:
         return []
     base_lr = cfg.optimizer.lr
     tried = [{"lr": base_lr, "best_valid_P@1": net._best_score, "best_epoch": net._best_epoch}]
-    best = None
+    best = None   # (lr, score, epoch, step, lr trace) of the leading other rate
     margin = 1.0 / max(1, data.valid.n)    # at least one more validation point right
-    for f in factors:
-        d = cfg.to_dict()
-        d["optimizer"]["lr"] = base_lr * f
-        d["optimizer"]["lr_search"] = []
-        d["training"]["refit"] = False
-        d["training"]["restore_best"] = False
-        child = Network(d)   # the same seed, rows and rules: at factor 1 it would repeat net's search
-        child.fit((split.X, split.Y), valid=(split.Xv, split.Yv), epochs="auto")
-        tried.append({"lr": base_lr * f, "best_valid_P@1": child._best_score, "best_epoch": child._best_epoch})
-        log.info("epochs=auto: lr %.3g: best validation P@1 %.4f after %s epochs", base_lr * f,
-                 child._best_score or float("nan"), child._best_epoch)
-        score = child._best_score if child._best_score is not None else -1.0
-        lead = best._best_score if best is not None else (net._best_score or 0.0)
-        if score >= lead + margin - 1e-12:
-            best = child
-        net._train_seconds += child._train_seconds
+    # The search's network is done with (the refit starts a fresh one): freed first, so that one
+    # network at a time holds memory (its steps stay counted in the run's total).
+    net._step_offset += net.step
+    net._core = net._best_params = None
+    try:
+        for f in factors:
+            d = cfg.to_dict()
+            d["optimizer"]["lr"] = base_lr * f
+            d["optimizer"]["lr_search"] = []
+            d["training"]["refit"] = False
+            d["training"]["restore_best"] = False
+            child = Network(d)   # the same seed, rows and rules: at factor 1 it repeats net's search
+            child.fit((split.X, split.Y), valid=(split.Xv, split.Yv), epochs="auto")
+            score = child._best_score if child._best_score is not None else -1.0
+            tried.append({"lr": base_lr * f, "best_valid_P@1": child._best_score, "best_epoch": child._best_epoch})
+            log.info("epochs=auto: lr %.3g: best validation P@1 %.4f after %s epochs", base_lr * f, score,
+                     child._best_epoch)
+            lead = best[1] if best is not None else (net._best_score or 0.0)
+            if score >= lead + margin - 1e-12:
+                best = (base_lr * f, score, child._best_epoch, child._best_step, list(child._lr_trace))
+            net._train_seconds += child._train_seconds
+            del child
+    except KeyboardInterrupt:
+        # The network stays usable and resumable: the refit at the configured rate is set up.
+        net._start_refit(data)
+        raise
     if best is not None:
-        cfg.optimizer.lr = best.config.optimizer.lr
-        net._best_score, net._best_epoch, net._best_step = best._best_score, best._best_epoch, best._best_step
-        net._lr_trace = list(best._lr_trace)
+        cfg.optimizer.lr = best[0]
+        net._best_score, net._best_epoch, net._best_step, net._lr_trace = best[1], best[2], best[3], best[4]
         log.info("epochs=auto: lr %.3g chosen on validation (P@1 %.4f against %.4f at lr %.3g)",
-                 cfg.optimizer.lr, best._best_score, tried[0]["best_valid_P@1"] or float("nan"), base_lr)
+                 cfg.optimizer.lr, best[1], tried[0]["best_valid_P@1"] or float("nan"), base_lr)
     return tried
