@@ -72,3 +72,26 @@ def test_skipped_for_a_costly_search_a_time_budget_or_fixed_epochs(data, monkeyp
 def test_bad_factors_name_the_key(bad):
     with pytest.raises(ConfigError, match="optimizer.lr_search"):
         slide.Config.from_dict({"optimizer": {"lr_search": bad}})
+
+
+def test_ctrl_c_during_the_extra_searches_leaves_a_resumable_refit(data, monkeypatch):
+    train, test = data
+    real_fit = Network.fit
+
+    def fit(self, *a, **kw):   # the extra searches' networks (lr_search off, validation given) stop
+        if self.config.optimizer.lr_search == [] and kw.get("valid") is not None:
+            raise KeyboardInterrupt
+        return real_fit(self, *a, **kw)
+
+    monkeypatch.setattr(Network, "fit", fit)
+    net = auto(4e-3, [0.5, 2.0])
+    with pytest.raises(KeyboardInterrupt):
+        net.fit(train)
+    monkeypatch.undo()
+    assert net._phase == "refit" and net.built and net.step == 0
+    assert net.config.optimizer.lr == pytest.approx(4e-3)
+    searched = net.total_steps
+    assert searched > 0
+    net.fit(train)                                    # continues with the refit at the configured rate
+    assert net._phase == "done" and net.epoch == net.history.refit_epochs >= 1
+    assert net.total_steps > searched and p1(net, test) > 0.5
