@@ -58,14 +58,18 @@ def main(argv=None) -> int:
 
     rows = []
 
+    def record(name, seconds):
+        cur, hwm = _status()
+        rows.append({"phase": name, "seconds": None if seconds is None else round(seconds, 1), "rss": cur,
+                     "peak": hwm})
+        took = "" if seconds is None else f"{seconds:6.1f} s"
+        print(f"{name:34} {took:8}  RSS {cur / 2**20:7.0f} MiB  peak {hwm / 2**20:7.0f} MiB", flush=True)
+
     def phase(name, fn):
         _reset_peak()
         t0 = time.perf_counter()
         out = fn()
-        cur, hwm = _status()
-        rows.append({"phase": name, "seconds": round(time.perf_counter() - t0, 1), "rss": cur, "peak": hwm})
-        print(f"{name:34} {time.perf_counter() - t0:6.1f} s  RSS {cur / 2**20:7.0f} MiB  peak {hwm / 2**20:7.0f} MiB",
-              flush=True)
+        record(name, time.perf_counter() - t0)
         return out
 
     base = _status()[0]
@@ -78,13 +82,8 @@ def main(argv=None) -> int:
     state = net.memory_report()["total"]
 
     class Begin:  # fit's preparation ends here: the data arrays and the centroid rows (and their tables)
-        t0 = 0.0
-
         def on_train_begin(self, _net):
-            cur, hwm = _status()
-            rows.append({"phase": "fit set-up, centroid rows, rebuild", "seconds": None, "rss": cur, "peak": hwm})
-            print(f"{'fit set-up, centroid rows, rebuild':34} {'':8}  RSS {cur / 2**20:7.0f} MiB  "
-                  f"peak {hwm / 2**20:7.0f} MiB", flush=True)
+            record("fit set-up, centroid rows, rebuild", None)
             _reset_peak()
 
     phase(f"{a.batches} batches (scheduled rebuilds)",

@@ -1,0 +1,204 @@
+"""The epoch loop of :meth:`slide.Network.fit`: batches, the per-epoch learning rate, evaluations
+and the validation-driven decisions (best weights, plateau schedule, early stopping) and the
+switch from the ``epochs: auto`` search to the refit. A mixin of :class:`slide.Network`, which
+owns the state it reads and writes."""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from ._arrays import _Arrays, _FitData, _Meter
+from .history import History
+from .output_init import init_output_centroids
+
+log = logging.getLogger("slide")
+
+
+class _EpochLoop:
+    """Training epochs and their bookkeeping (mixed into :class:`slide.Network`)."""
+
+    def _remaining_samples(self, arrays: _Arrays, epochs: int) -> int:
+        bs = self.config.training.batch_size
+        batches = max(1, math.ceil(arrays.n / bs))
+        epoch, done = (self.epoch, self._batch_in_epoch) if self._batch_in_epoch < batches else \
+            (self.epoch + 1, 0)
+        return max(0, (epochs - epoch) * arrays.n - done * bs)
+
+    def _epoch_lr(self, replay: bool, batches_per_epoch: int) -> float:
+        """The learning rate of the current epoch: the search's recorded rate when replaying,
+        else the configured rate, decayed per epoch (or per ``lr_decay_min_steps`` batches when
+        epochs are shorter) and scaled by the plateau schedule."""
+        if replay:
+            return self._lr_trace[min(self.epoch, len(self._lr_trace) - 1)]
+        o = self.config.optimizer
+        decays = self.epoch * min(1.0, batches_per_epoch / o.lr_decay_min_steps)
+        return o.lr * o.lr_decay ** decays * self._lr_scale
+
+    def _train_epochs(self, arrays: _Arrays, epochs: int, valid: Optional[_Arrays],
+                      test: Optional[_Arrays], history: History, cbs, budget: float,
+                      replay: bool = False) -> None:
+        """Trains epoch after epoch until ``epochs`` are complete, a callback or early stopping
+        sets ``stop_training``, or ``budget`` seconds of training (0 = none) have passed."""
+        cfg = self.config
+        tr = cfg.training
+        core = self._core
+        n, bs = arrays.n, tr.batch_size
+        batches_per_epoch = max(1, math.ceil(n / bs))
+        if self._batch_in_epoch >= batches_per_epoch:   # resumed with a different data size
+            self.epoch += 1
+            self._batch_in_epoch = 0
+        # The training labels' frequencies, for the sampling correction of a hash-sampled
+        # output layer (derived from the data, so a resumed run gets the same values).
+        counts = np.bincount(arrays.y_indices, minlength=core.output_dim)
+        core.set_label_frequencies(np.minimum(counts / max(1, n), 1.0).astype(np.float32))
+        start_step = self.step
+        start_position = self.epoch * batches_per_epoch + self._batch_in_epoch
+        meter = _Meter()
+        lr = self._epoch_lr(replay, batches_per_epoch)
+        try:
+            while self.epoch < epochs and not self.stop_training:
+                if budget and self._agreed(self._train_seconds >= budget):
+                    history.stopped_by_budget = True
+                    break
+                t_shuffle = time.perf_counter()
+                perm = np.random.default_rng([tr.seed, self.epoch]).permutation(n).astype(np.int64)
+                if getattr(core, "profiling", False):   # the engine's phase profiler is on
+                    core.add_profile_time("shuffle", time.perf_counter() - t_shuffle, float(perm.nbytes))
+                epoch_lr = self._epoch_lr(replay, batches_per_epoch)
+                if not replay and self._phase == "search" and len(self._lr_trace) <= self.epoch:
+                    self._lr_trace.append(epoch_lr)
+                while self._batch_in_epoch < batches_per_epoch:
+                    rows = perm[self._batch_in_epoch * bs:(self._batch_in_epoch + 1) * bs]
+                    lr = epoch_lr
+                    if cfg.optimizer.warmup_steps:
+                        lr *= min(1.0, (self.step + 1) / cfg.optimizer.warmup_steps)
+                    t0 = time.perf_counter()
+                    loss = float(core.train_batch(arrays.x_indptr, arrays.x_indices, arrays.x_values,
+                                                  arrays.y_indptr, arrays.y_indices, rows, lr))
+                    dt = time.perf_counter() - t0
+                    self._batch_in_epoch += 1
+                    self._train_seconds += dt
+                    self._samples_trained += int(rows.size)
+                    meter.add(rows.size, dt, loss)
+                    self._last_batch_size = int(rows.size)
+                    _call(cbs, "on_batch_end", self, self.step, loss)
+                    end_of_epoch = self._batch_in_epoch >= batches_per_epoch
+                    if tr.eval_every and self.step % tr.eval_every == 0 and not end_of_epoch:
+                        self._record(history, cbs, valid, test, lr, meter,
+                                     self.epoch + self._batch_in_epoch / batches_per_epoch)
+                    if self.stop_training:
+                        break
+                if self._batch_in_epoch >= batches_per_epoch:
+                    self.epoch += 1
+                    self._batch_in_epoch = 0
+                    if meter.batches:
+                        self._record(history, cbs, valid, test, lr, meter, self.epoch)
+                    _call(cbs, "on_epoch_end", self, self.epoch)
+        except KeyboardInterrupt:
+            # Ctrl-C may land between the engine's step and the Python bookkeeping: the
+            # engine's step count (a discarded batch does not count) decides the position.
+            position = start_position + (self.step - start_step)
+            self.epoch, self._batch_in_epoch = divmod(position, batches_per_epoch)
+            raise
+
+    def _start_refit(self, data: "_FitData") -> None:
+        """Ends the search: a fresh network (same seed) will train on all of train for the best
+        number of epochs, replaying the search's learning rates."""
+        best = self._best_epoch if self._best_epoch is not None else self.epoch
+        self._refit_epochs = max(1, int(math.ceil(best)))
+        self._step_offset += self.step
+        requested = self.requested_sampling
+        self._core = self._best_params = None   # freed before the fresh network is allocated
+        self._build(self.num_features, self.num_labels)
+        self.requested_sampling = requested
+        # the refit model is trained on all of train: its label statistics are all of train's
+        self._label_counts = np.bincount(data.full.y_indices, minlength=self.num_labels).astype(np.int64)
+        self._num_train_points = data.full.n
+        self.epoch = 0
+        self._batch_in_epoch = 0
+        self._init_output_centroids(data.full)
+        self._phase = "refit"
+        self.stop_training = False
+        log.info("epochs=auto: best validation P@1 %.4f after %s epochs; refitting on all %d "
+                 "training points", self._best_score or float("nan"), best, data.full.n)
+
+    def _init_output_centroids(self, arrays: _Arrays) -> None:
+        """``init: centroid`` on the output layer (slide.output_init); counts as training time."""
+        if self.config.layers[-1].init == "centroid":
+            self._train_seconds += init_output_centroids(self, arrays)
+
+    def _restore_best(self, history: History) -> None:
+        tr = self.config.training
+        if tr.restore_best and self._best_params is not None:
+            if self._best_step != self.step:
+                self._set_parameters(self._best_params)
+            history.restored_best = True
+
+    def _eval_subset(self, arrays: Optional[_Arrays]) -> Optional[_Arrays]:
+        m = self.config.training.eval_samples
+        if arrays is None or not m or arrays.n <= m:
+            return arrays
+        rows = np.sort(np.random.default_rng([self.config.training.seed, 0xE7A1]).permutation(arrays.n)[:m])
+        return arrays.subset(rows)
+
+    def _record(self, history: History, cbs, valid: Optional[_Arrays], test: Optional[_Arrays],
+                lr: float, meter: "_Meter", epoch: float) -> None:
+        """Evaluates, appends a History record, and runs the validation-driven decisions:
+        best weights, the plateau schedule and early stopping."""
+        rec: Dict[str, Any] = {
+            "step": self.total_steps,
+            "epoch": epoch,
+            "seconds": self._train_seconds,
+            "samples_per_second": meter.samples / meter.seconds if meter.seconds > 0 else float("nan"),
+            "loss": meter.loss_sum / max(1, meter.batches),
+            "lr": lr,
+        }
+        if self._phase in ("search", "refit"):
+            rec["phase"] = self._phase
+        meter.reset()
+        main = None
+        for name, arrays in (("valid", valid), ("test", test)):
+            if arrays is None:
+                continue
+            m = self._evaluate_arrays(arrays, self.config.eval.k)
+            rec.update({f"{name}/{k}": v for k, v in m.items()})
+            main = m if name == "test" or main is None else main
+        if main is not None:
+            rec.update(main)
+        if valid is not None:
+            self._track_best(rec["valid/P@1"], epoch, history)
+        history.records.append(rec)
+        _call(cbs, "on_evaluate", self, rec)
+
+    def _track_best(self, score: float, epoch: float, history: History) -> None:
+        tr, o = self.config.training, self.config.optimizer
+        if self._best_score is None or score > self._best_score:
+            self._best_score, self._best_step, self._best_epoch = score, self.step, epoch
+            self._evals_since_best = 0
+            self._evals_since_lr_change = 0
+            if self._snapshot_best:
+                self._best_params = {k: np.array(v, copy=True)
+                                     for k, v in self._core.parameters().items()}
+            return
+        self._evals_since_best += 1
+        self._evals_since_lr_change += 1
+        if o.lr_plateau < 1.0 and self._evals_since_lr_change >= o.lr_plateau_patience:
+            self._lr_scale *= o.lr_plateau
+            self._evals_since_lr_change = 0
+        # Patience counts evaluations, and at least two learning-rate decay periods of batches:
+        # a small data set (a few batches an epoch) is not stopped before it had the steps to learn.
+        if (tr.patience and self._evals_since_best >= tr.patience
+                and self.step - self._best_step >= 2 * o.lr_decay_min_steps):
+            history.stopped_early = True
+            self.stop_training = True
+
+
+def _call(cbs, method: str, *args) -> None:
+    for cb in cbs:
+        fn = getattr(cb, method, None)
+        if fn is not None:
+            fn(*args)
