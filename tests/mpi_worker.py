@@ -44,6 +44,9 @@ CASES = {
     # output rows started from label centroids: each rank sets its own labels' rows
     "centroid": dict(data=bibtex, kw=dict(epochs=1, hidden=64, sampling="dense"), activation="softmax",
                      init="centroid"),
+    # a bf16 output layer: each rank rounds its rows as one process rounds them
+    "dense-bf16": dict(data=bibtex, kw=dict(epochs=2, hidden=64, sampling="dense"), activation="softmax",
+                       precision="bf16"),
     # hash-sampled output layers: each rank samples its own labels
     "lsh-delicious": dict(data=delicious, kw=dict(epochs=4, hidden=128, sampling="lsh"), lsh=LSH),
     "lsh-synth": dict(data=synth, kw=dict(epochs=6, hidden=128, sampling="lsh", lr=5e-3, dropout=0.0),
@@ -68,6 +71,8 @@ def main(case: str, out: str) -> None:
         cfg.layers[-1].init = spec["init"]
     if "activation" in spec:
         cfg.layers[-1].activation = spec["activation"]
+    if "precision" in spec:
+        cfg.layers[-1].precision = spec["precision"]
     if "lsh" in spec:
         for k, v in spec["lsh"].items():
             setattr(cfg.layers[-1].lsh, k, v)

@@ -53,6 +53,10 @@ struct Layer {
   // its weights and moments in weight16, weight16_m, weight16_v (bf16 bits) and leaves
   // weight, weight_m, weight_v empty.
   bool bf16 = false;
+  // The neuron id of row 0 in the whole layer: the shard's first label on the output layer
+  // of a label shard, else 0. bf16 rounding is keyed by it (bf16_row_key), so that a shard
+  // rounds each row exactly as one process training the whole layer does.
+  int64_t key_row0 = 0;
   AlignedBuffer<float> weight, weight_m, weight_v;
   AlignedBuffer<uint16_t> weight16, weight16_m, weight16_v;
   AlignedBuffer<float> bias, bias_m, bias_v;

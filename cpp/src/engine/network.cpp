@@ -45,6 +45,7 @@ Network::Network(const NetworkSpec& spec, OutputShard shard) : spec_(spec) {
     const int64_t in_dim = i == 0 ? spec_.input_dim : spec_.layers[i - 1].size;
     const LayerSpec ls = last ? shard_layer_spec(spec_.layers[i], shard.end - shard.begin, full_out) : spec_.layers[i];
     allocate_layer(L, ls, static_cast<int>(i), in_dim, spec_.hugepages, stream_seed(spec_.seed, kHashSalt, i));
+    if (last) L.key_row0 = shard.begin;
     has_lsh_ = has_lsh_ || L.lsh();
     init_weights(L, stream_seed(spec_.seed, kInitSalt, static_cast<uint64_t>(i)), threads_, last ? shard.begin : 0,
                  last ? full_out : -1);

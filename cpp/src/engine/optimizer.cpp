@@ -41,7 +41,7 @@ namespace {
 struct AdamArrays {
   float *w, *m, *v, *bias, *bm, *bv;
   uint16_t *w16, *m16, *v16;  // bf16 layers (w, m, v are null then)
-  int64_t rows, len;
+  int64_t rows, len, key_row0;
   bool row_bias;  // bias r travels with weight row r (every layer but the first)
   bool bf16;
   int layer;
@@ -49,14 +49,14 @@ struct AdamArrays {
   explicit AdamArrays(Layer& L)
       : w(L.weight.data()), m(L.weight_m.data()), v(L.weight_v.data()), bias(L.bias.data()),
         bm(L.bias_m.data()), bv(L.bias_v.data()), w16(L.weight16.data()), m16(L.weight16_m.data()),
-        v16(L.weight16_v.data()), rows(L.rows), len(L.row_len), row_bias(!L.sparse_input), bf16(L.bf16),
+        v16(L.weight16_v.data()), rows(L.rows), len(L.row_len), key_row0(L.key_row0), row_bias(!L.sparse_input), bf16(L.bf16),
         layer(L.index) {}
 
   // The fused step on row r from its gradient g (zeroed).
   void step_row(const Kernels& kr, int64_t r, float* g, const AdamStep& s) const {
     const int64_t off = r * len;
     if (bf16)
-      kr.adam_bf16(w16 + off, m16 + off, v16 + off, g, len, s, bf16_row_key(s.step, layer, r));
+      kr.adam_bf16(w16 + off, m16 + off, v16 + off, g, len, s, bf16_row_key(s.step, layer, key_row0 + r));
     else
       kr.adam(w + off, m + off, v + off, g, len, s);
   }

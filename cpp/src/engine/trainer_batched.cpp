@@ -259,7 +259,7 @@ void backward_and_update(const BatchStep& s, int l, const AdamStep& sw, const Ad
       for (int64_t i = 0; i < b; ++i) gb += D[i * out + j];
       if (L.bf16)
         s.kr.adam_bf16(L.weight16.data() + j * in, L.weight16_m.data() + j * in, L.weight16_v.data() + j * in,
-                       grad + jj * in, in, sw, bf16_row_key(sw.step, l, j));
+                       grad + jj * in, in, sw, bf16_row_key(sw.step, l, L.key_row0 + j));
       else
         s.kr.adam(W + j * in, Wm + j * in, Wv + j * in, grad + jj * in, in, sw);
       adam_scalar(bias[j], bm[j], bv[j], gb, sb);

@@ -263,7 +263,7 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t j0 = blk * kForwardRows, nj = std::min(kForwardRows, nS - j0);
       for (int64_t j = j0; j < j0 + nj; ++j) {
-        if (j + kPrefetch < nS) prefetch_out_row(S[j + kPrefetch]);
+        if (j + static_cast<int64_t>(kPrefetch) < nS) prefetch_out_row(S[j + kPrefetch]);
         if (bf16)
           kr.from_bf16(out.row16(S[j]), WS + j * d, d);  // exact
         else
@@ -382,6 +382,7 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
     uint16_t* Wm16 = out.weight16_m.data();
     uint16_t* Wv16 = out.weight16_v.data();
     const int out_layer = out.index;
+    const int64_t key_row0 = out.key_row0;
     float* bt = out.bias.data();
     float* bm = out.bias_m.data();
     float* bv = out.bias_v.data();
@@ -413,7 +414,7 @@ float Network::train_batch_shared(const CsrView& x, const CsrView& y, const int6
           for (int64_t i = 0; i < b; ++i) gb += D[i * nS + j];
           if (bf16)  // the per-sample path's bf16 step and rounding key (AdamArrays::step_row)
             kr.adam_bf16(Wt16 + row * d, Wm16 + row * d, Wv16 + row * d, grad + jj * d, d, sw,
-                         bf16_row_key(sw.step, out_layer, row));
+                         bf16_row_key(sw.step, out_layer, key_row0 + row));
           else
             kr.adam(Wt + row * d, Wm + row * d, Wv + row * d, grad + jj * d, d, sw);
           adam_scalar(bt[row], bm[row], bv[row], gb, sb);
