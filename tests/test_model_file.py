@@ -62,3 +62,69 @@ def test_table_state_arrays_outlive_rebuilds_and_the_network(data):
     for k, v in state.items():
         np.testing.assert_array_equal(np.asarray(v), kept[k], err_msg=k)
     assert int(kept["items"].size) > 0 and int(kept["table_offsets"][-1]) == kept["bucket_ids"].size
+
+
+def _spread(**kw):
+    """lsh_output with each table rebuild spread over 8 batches (the first from step 12 to 19:
+    5 batches hash the rows, 3 build the 4 tables)."""
+    net = lsh_output(**kw)
+    cfg = net.config.to_dict()
+    cfg["training"].update(rebuild_first=12, rebuild_spread=8)
+    return Network(cfg, lr=0.01)
+
+
+# The 24 rows are one chunk, hashed by the rebuild's 5th batch (step 16): after step 13 the rebuild
+# is planned, after 16 the rows are hashed, after 17 and 18 one and two of the 4 tables are built
+# (the C++ tests cover a rebuild cut in the middle of hashing many chunks).
+@pytest.mark.parametrize("stop", [13, 16, 17, 18])
+def test_a_checkpoint_in_the_middle_of_a_spread_rebuild_resumes_it_exactly(data, tmp_path, stop):
+    """Layers of 131,072 neurons or more rebuild their tables over many batches; a checkpoint
+    taken meanwhile carries the rebuild in progress (it used to save only the serving tables,
+    and the resumed run then differed from the uninterrupted one)."""
+    from slide import callbacks
+
+    train, test = data
+    full = _spread()
+    full.fit(train)
+    part = _spread()
+    part.fit(train, callbacks=[callbacks.StopAfter(stop)])
+    assert part._core.rebuild_pending and part.step == stop
+    part.save(tmp_path / "mid.slide")
+    with zipfile.ZipFile(tmp_path / "mid.slide") as z:
+        assert "tables/1/pending.npy" in z.namelist() and "tables/1/pending_ids.npy" in z.namelist()
+    resumed = Network.load(tmp_path / "mid.slide")
+    assert resumed._core.rebuild_pending
+    state, saved = resumed._core.table_state(1), part._core.table_state(1)
+    for name in ("pending", "pending_ids", "items"):
+        np.testing.assert_array_equal(state[name], saved[name], err_msg=name)
+    resumed.fit(train)
+    assert resumed.step == full.step
+    for k, v in full.parameters().items():
+        np.testing.assert_array_equal(np.asarray(resumed.parameters()[k]), np.asarray(v), err_msg=k)
+    for mode in ("exact", "lsh"):
+        np.testing.assert_array_equal(full.predict(test[0], mode=mode)[0], resumed.predict(test[0], mode=mode)[0])
+
+
+def test_a_damaged_rebuild_in_progress_is_refused_by_name(data):
+    from slide import callbacks
+
+    train, _ = data
+    part = _spread()
+    part.fit(train, callbacks=[callbacks.StopAfter(17)])   # rows hashed, one of 4 tables built
+    good = part._core.table_state(1)
+    other = _spread()
+    other.fit(train, callbacks=[callbacks.StopAfter(2)])
+    before = other._core.table_state(1)
+    cases = [
+        (dict(good, pending_ids=good["pending_ids"][:-1]), "pending_ids has"),
+        (dict(good, pending_ids=good["pending_ids"].astype(np.int64)), "pending_ids: expected a numpy array of uint32"),
+        ({k: v for k, v in good.items() if k != "pending_ids"}, "pending_ids: missing"),
+        (dict(good, pending=good["pending"][:4]), "pending: expected 5 entries"),
+        (dict(good, pending=np.array([10**6, 32, 0, 8, 2], dtype=np.uint64)), "the rebuild in progress is for 1000000 rows"),
+        (dict(good, pending=np.array([good["pending"][0], 32, 0, 8, 8], dtype=np.uint64)), "pending_done=8 must be in 0..7"),
+    ]
+    for state, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            other._core.set_table_state(1, state)
+        assert not other._core.rebuild_pending
+        np.testing.assert_array_equal(other._core.table_state(1)["items"], before["items"])

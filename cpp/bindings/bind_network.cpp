@@ -509,15 +509,25 @@ run from several Python threads at once.)doc")
             d["bucket_ids"] = move_to_numpy(std::move(s.bucket_ids));
             d["bucket_offsets"] = move_to_numpy(std::move(s.bucket_offsets));
             d["items"] = move_to_numpy(std::move(s.items));
+            if (s.pending_rows >= 0) {
+              // a spread rebuild in progress: its plan and the bucket ids it has computed
+              d["pending"] = move_to_numpy(std::vector<uint64_t>{
+                  static_cast<uint64_t>(s.pending_rows), static_cast<uint64_t>(s.pending_stride), s.pending_seed,
+                  static_cast<uint64_t>(s.pending_steps), static_cast<uint64_t>(s.pending_done)});
+              d["pending_ids"] = move_to_numpy(std::move(s.pending_ids));
+            }
             return d;
           },
           py::arg("layer"),
           "Copy of an LSH layer's hash tables: num_rows (int) and the arrays table_offsets "
-          "(int64, L + 1), bucket_ids (uint32), bucket_offsets (int64) and items (int32).")
+          "(int64, L + 1), bucket_ids (uint32), bucket_offsets (int64) and items (int32); while a "
+          "spread rebuild is in progress also pending (uint64: rows, stride, seed, steps, calls done) "
+          "and pending_ids (uint32: the bucket ids it has computed, L x rows hashed so far).")
       .def(
           "set_table_state",
           [](Network& n, int layer, const py::dict& d) {
-            reject_unknown(d, {"num_rows", "table_offsets", "bucket_ids", "bucket_offsets", "items"}, "");
+            reject_unknown(d, {"num_rows", "table_offsets", "bucket_ids", "bucket_offsets", "items", "pending",
+                               "pending_ids"}, "");
             slide::LshTablesState s;
             if (!d.contains("num_rows")) bad("num_rows", "missing from the hash table state");
             const py::object rows = d["num_rows"];
@@ -528,6 +538,21 @@ run from several Python threads at once.)doc")
             s.bucket_ids = vector_1d<uint32_t>(d, "bucket_ids", "uint32");
             s.bucket_offsets = vector_1d<int64_t>(d, "bucket_offsets", "int64");
             s.items = vector_1d<int32_t>(d, "items", "int32");
+            if (d.contains("pending") != d.contains("pending_ids"))
+              bad(d.contains("pending") ? "pending_ids" : "pending", "missing: pending and pending_ids go together");
+            if (d.contains("pending")) {
+              const std::vector<uint64_t> p = vector_1d<uint64_t>(d, "pending", "uint64");
+              if (p.size() != 5)
+                bad("pending", "expected 5 entries (rows, stride, seed, steps, done), got " + std::to_string(p.size()));
+              for (int i : {0, 1, 3, 4})
+                if (p[i] >= (uint64_t{1} << 62)) bad("pending", "entry " + std::to_string(i) + " is out of range");
+              s.pending_rows = static_cast<int64_t>(p[0]);
+              s.pending_stride = static_cast<int64_t>(p[1]);
+              s.pending_seed = p[2];
+              s.pending_steps = static_cast<int64_t>(p[3]);
+              s.pending_done = static_cast<int64_t>(p[4]);
+              s.pending_ids = vector_1d<uint32_t>(d, "pending_ids", "uint32");
+            }
             py::gil_scoped_release release;
             n.set_table_state(layer, s);
           },

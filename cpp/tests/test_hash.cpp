@@ -161,6 +161,59 @@ TEST_CASE("a rebuild spread over several steps gives the tables of a build at on
   CHECK_FALSE(idle.rebuild_pending());
 }
 
+TEST_CASE("a spread rebuild exported in the middle resumes exactly from the import") {
+  const int dim = 32;
+  const int64_t n = 3000;
+  const LshParams p = params(HashFamily::DWTA, 3, 6, 9);
+  auto h = HashFunction::create(p, dim, 21);
+  // the rows change between calls, as weights do in training: what was hashed must travel
+  std::vector<std::vector<float>> rows;
+  for (int k = 0; k < 8; ++k) rows.push_back(random_rows(n, dim, 30 + k, 0.4f));
+  for (int cut = 0; cut < 8; ++cut) {
+    INFO("state taken after " << cut << " of 8 calls");
+    LshTables a(p, n), b(p, n);
+    a.build(*h, rows[7].data(), n, dim, 1, 5);
+    a.begin_rebuild(*h, n, dim, 8, 77);
+    for (int k = 0; k < cut; ++k) CHECK_FALSE(a.rebuild_step(*h, rows[k].data(), 2));
+    const LshTablesState mid = a.export_state();
+    CHECK(mid.pending_rows == n);
+    CHECK(mid.pending_done == cut);
+    b.import_state(mid);
+    CHECK(b.rebuild_pending());
+    CHECK(b.rebuild_steps_left() == 8 - cut);
+    check_same_tables(b.export_state(), mid);
+    CHECK(b.export_state().pending_ids == mid.pending_ids);
+    // 12 chunks of 256 rows hashed by the first 5 calls (12 k / 5 chunks after k), 6 tables
+    const int64_t hashed = cut >= 5 ? n : std::min<int64_t>(n, 12 * cut / 5 * 256);
+    CHECK(mid.pending_ids.size() == static_cast<size_t>(6 * hashed));
+    for (int k = cut; k < 8; ++k) {
+      const bool da = a.rebuild_step(*h, rows[k].data(), 2), db = b.rebuild_step(*h, rows[k].data(), 1);
+      CHECK(da == db);
+      CHECK(da == (k == 7));
+    }
+    check_same_tables(b.export_state(), a.export_state());
+    CHECK(b.export_state().pending_rows == -1);
+  }
+  // a damaged plan is refused and leaves the tables as they were
+  LshTables a(p, n), c(p, n);
+  a.build(*h, rows[0].data(), n, dim, 1, 5);
+  a.begin_rebuild(*h, n, dim, 8, 77);
+  a.rebuild_step(*h, rows[0].data(), 1);
+  const LshTablesState good = a.export_state();
+  c.build(*h, rows[1].data(), n, dim, 1, 5);
+  const LshTablesState before = c.export_state();
+  for (int damage = 0; damage < 4; ++damage) {
+    LshTablesState bad = good;
+    if (damage == 0) bad.pending_ids.pop_back();
+    if (damage == 1) bad.pending_done = bad.pending_steps;
+    if (damage == 2) bad.pending_ids[5] = 1u << 20;
+    if (damage == 3) bad.pending_rows = n + 1;
+    CHECK_THROWS_AS(c.import_state(bad), InvalidArgument);
+    CHECK_FALSE(c.rebuild_pending());
+    check_same_tables(c.export_state(), before);
+  }
+}
+
 TEST_CASE("an at-once build over built tables frees them first and gives the tables of a fresh build") {
   const int dim = 32;
   const int64_t n = 3000;

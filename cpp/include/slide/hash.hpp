@@ -86,6 +86,14 @@ struct LshTablesState {
   std::vector<uint32_t> bucket_ids;     // occupied buckets of all tables
   std::vector<int64_t> bucket_offsets;  // bucket_ids.size() + 1 entries
   std::vector<int32_t> items;           // bucket members (row ids < num_rows)
+  // A spread rebuild in progress (LshTables::begin_rebuild .. rebuild_step), so that a
+  // checkpoint taken in the middle of one resumes it exactly: pending_rows = -1 when none.
+  // pending_ids holds the bucket ids of the rows its first pending_done calls hashed,
+  // table-major (L x rows hashed so far); the new tables those calls built are rebuilt from them.
+  int64_t pending_rows = -1, pending_stride = 0;
+  uint64_t pending_seed = 0;
+  int64_t pending_steps = 0, pending_done = 0;
+  std::vector<uint32_t> pending_ids;
 };
 
 // L tables of fixed-capacity buckets over num_items neurons. Memory is proportional to
@@ -146,8 +154,9 @@ class LshTables {
   // Replaces the contents with `s` after checking it fits these tables: L + 1 monotone
   // table offsets, bucket ids increasing within a table and < 2^range_pow, non-empty buckets
   // of at most bucket_capacity items, item ids in 0..num_rows-1 and at most once per table,
-  // num_rows in -1..num_items. Throws InvalidArgument naming the array and index otherwise,
-  // leaving the tables unchanged.
+  // num_rows in -1..num_items; a pending rebuild with 0 <= done < steps, its row count in
+  // 0..num_items and L x (rows hashed by `done` calls) ids < 2^range_pow. Throws
+  // InvalidArgument naming the array and index otherwise, leaving the tables unchanged.
   void import_state(const LshTablesState& s);
 
  private:

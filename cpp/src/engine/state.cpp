@@ -90,7 +90,14 @@ LshTablesState Network::table_state(int layer) const {
 
 void Network::set_table_state(int layer, const LshTablesState& state) {
   std::unique_lock<std::shared_mutex> lock(mutex_);
-  lsh_layer(layers_, layer).tables->import_state(state);  // drops a spread rebuild in progress
+  const Layer& L = lsh_layer(layers_, layer);
+  // A spread rebuild in progress goes on hashing this layer's rows: its plan must be for them.
+  if (state.pending_rows >= 0 && (state.pending_rows != L.rows || state.pending_stride != L.row_len))
+    throw InvalidArgument("hash tables: the rebuild in progress is for " + std::to_string(state.pending_rows) +
+                          " rows of " + std::to_string(state.pending_stride) + " values, but layer " +
+                          std::to_string(layer) + " has " + std::to_string(L.rows) + " rows of " +
+                          std::to_string(L.row_len));
+  L.tables->import_state(state);  // replaces a spread rebuild in progress by the state's
   predict_cache_->invalidate();
 }
 

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "slide/bf16.hpp"
@@ -91,6 +93,39 @@ struct PendingBuild {
   AlignedBuffer<uint32_t> ids;
   std::vector<Table> tables;      // the new tables, built table by table
 };
+
+// The share of a spread rebuild that call k (0-based) makes: chunks [c0, c1) of rows to hash,
+// then tables [t0, t1) to build (steps == 1: all of both at once).
+struct CallShare {
+  int64_t c0 = 0, c1 = 0;
+  int t0 = 0, t1 = 0;
+};
+inline int hash_steps_for(int steps) {
+  return steps == 1 ? 1 : std::min(steps - 1, std::max(1, static_cast<int>(std::lround(steps * kHashShare))));
+}
+inline CallShare call_share(int64_t num_rows, int L, int steps, int hash_steps, int k) {
+  const int64_t n_chunks = (num_rows + kHashChunk - 1) / kHashChunk;
+  CallShare s;
+  if (steps == 1) {
+    s.c1 = n_chunks;
+    s.t1 = L;
+  } else if (k < hash_steps) {
+    s.c0 = n_chunks * k / hash_steps;
+    s.c1 = n_chunks * (k + 1) / hash_steps;
+  } else {
+    const int table_steps = steps - hash_steps, j = k - hash_steps;
+    s.t0 = static_cast<int>(static_cast<int64_t>(L) * j / table_steps);
+    s.t1 = static_cast<int>(static_cast<int64_t>(L) * (j + 1) / table_steps);
+  }
+  return s;
+}
+// Rows hashed and tables built by the first `done` calls of a spread rebuild.
+inline std::pair<int64_t, int> work_done(int64_t num_rows, int L, int steps, int hash_steps, int done) {
+  if (done <= 0) return {0, 0};
+  const CallShare last = call_share(num_rows, L, steps, hash_steps, done - 1);
+  if (done <= hash_steps && steps > 1) return {std::min(num_rows, last.c1 * kHashChunk), 0};
+  return {num_rows, last.t1};
+}
 
 struct LshTables::Impl {
   LshParams params;
@@ -241,7 +276,7 @@ void LshTables::begin_rebuild(const HashFunction& h, int64_t num_rows, int64_t s
   pb.seed = seed;
   pb.steps = steps;
   pb.done = 0;
-  pb.hash_steps = steps == 1 ? 1 : std::min(steps - 1, std::max(1, static_cast<int>(std::lround(steps * kHashShare))));
+  pb.hash_steps = hash_steps_for(steps);
   // Bucket ids stored table-major so that building a table reads one contiguous column.
   pb.ids = AlignedBuffer<uint32_t>(static_cast<size_t>(num_rows) * L);
   pb.tables.assign(static_cast<size_t>(L), Table{});
@@ -264,22 +299,10 @@ bool LshTables::rebuild_step_from(const HashFunction& h, const float* rows, cons
   const int64_t num_rows = pb.num_rows, stride = pb.stride;
   if (num_rows > 0 && rows == nullptr && rows_bf16 == nullptr) throw InvalidArgument("rows is null");
   const int nt = resolve_threads(num_threads);
-  const int k = pb.done;
   // This call's share: chunks of rows to hash, then tables to build (steps == 1: all of both).
-  const int64_t n_chunks = (num_rows + kHashChunk - 1) / kHashChunk;
-  int64_t c0 = 0, c1 = 0;
-  int t0 = 0, t1 = 0;
-  if (pb.steps == 1) {
-    c1 = n_chunks;
-    t1 = L;
-  } else if (k < pb.hash_steps) {
-    c0 = n_chunks * k / pb.hash_steps;
-    c1 = n_chunks * (k + 1) / pb.hash_steps;
-  } else {
-    const int table_steps = pb.steps - pb.hash_steps, j = k - pb.hash_steps;
-    t0 = static_cast<int>(static_cast<int64_t>(L) * j / table_steps);
-    t1 = static_cast<int>(static_cast<int64_t>(L) * (j + 1) / table_steps);
-  }
+  const CallShare share = call_share(num_rows, L, pb.steps, pb.hash_steps, pb.done);
+  const int64_t c0 = share.c0, c1 = share.c1;
+  const int t0 = share.t0, t1 = share.t1;
   ExceptionCatcher catcher;
   if (c1 > c0) {
     // Rows are hashed in chunks and each chunk is transposed into the columns while in cache.
@@ -441,6 +464,19 @@ LshTablesState LshTables::export_state() const {
     s.table_offsets.push_back(static_cast<int64_t>(s.bucket_ids.size()));
   }
   s.bucket_offsets.push_back(static_cast<int64_t>(s.items.size()));
+  const PendingBuild& pb = im.pending;
+  if (pb.active) {
+    s.pending_rows = pb.num_rows;
+    s.pending_stride = pb.stride;
+    s.pending_seed = pb.seed;
+    s.pending_steps = pb.steps;
+    s.pending_done = pb.done;
+    const int64_t hashed = work_done(pb.num_rows, im.params.L, pb.steps, pb.hash_steps, pb.done).first;
+    s.pending_ids.resize(static_cast<size_t>(hashed) * im.params.L);
+    for (int t = 0; t < im.params.L; ++t)
+      std::copy_n(pb.ids.data() + static_cast<size_t>(t) * pb.num_rows, hashed,
+                  s.pending_ids.begin() + static_cast<size_t>(t) * hashed);
+  }
   return s;
 }
 
@@ -498,6 +534,33 @@ void LshTables::import_state(const LshTablesState& s) {
     }
   }
 
+  // A spread rebuild in progress: its plan and the ids of the rows it has hashed.
+  const bool pending = s.pending_rows >= 0;
+  int64_t hashed = 0;
+  int built = 0;
+  if (!pending && (s.pending_rows != -1 || !s.pending_ids.empty()))
+    bad("pending_rows=" + str(s.pending_rows) + " must be -1 (no rebuild in progress) or in 0.." + str(im.num_items) +
+        (s.pending_ids.empty() ? "" : ", with pending_ids stored"));
+  if (pending) {
+    if (s.pending_rows > im.num_items)
+      bad("pending_rows=" + str(s.pending_rows) + " must be in 0.." + str(im.num_items));
+    if (s.pending_steps < 1 || s.pending_steps > (int64_t{1} << 30))
+      bad("pending_steps=" + str(s.pending_steps) + " must be in 1..2^30");
+    if (s.pending_done < 0 || s.pending_done >= s.pending_steps)
+      bad("pending_done=" + str(s.pending_done) + " must be in 0.." + str(s.pending_steps - 1));
+    if (s.pending_stride < 1) bad("pending_stride=" + str(s.pending_stride) + " must be >= 1");
+    const int steps = static_cast<int>(s.pending_steps);
+    std::tie(hashed, built) =
+        work_done(s.pending_rows, L, steps, hash_steps_for(steps), static_cast<int>(s.pending_done));
+    if (s.pending_ids.size() != static_cast<size_t>(hashed) * L)
+      bad("pending_ids has " + str(static_cast<int64_t>(s.pending_ids.size())) + " entries, expected L x " +
+          str(hashed) + " rows hashed = " + str(hashed * L));
+    for (size_t j = 0; j < s.pending_ids.size(); ++j)
+      if (s.pending_ids[j] >= n_ids)
+        bad("pending_ids[" + str(static_cast<int64_t>(j)) + "]=" + str(s.pending_ids[j]) + " is not below 2^" +
+            str(im.range_pow));
+  }
+
   std::vector<Table> tables(static_cast<size_t>(L));
   if (s.num_rows >= 0) {
     std::vector<uint32_t> run_offsets;
@@ -514,6 +577,25 @@ void LshTables::import_state(const LshTablesState& s) {
   im.tables.swap(tables);
   im.built_rows = s.num_rows;
   cancel_rebuild();
+  if (!pending) return;
+  PendingBuild& pb = im.pending;
+  pb.num_rows = s.pending_rows;
+  pb.stride = s.pending_stride;
+  pb.seed = s.pending_seed;
+  pb.steps = static_cast<int>(s.pending_steps);
+  pb.done = static_cast<int>(s.pending_done);
+  pb.hash_steps = hash_steps_for(pb.steps);
+  pb.ids = AlignedBuffer<uint32_t>(static_cast<size_t>(pb.num_rows) * L);
+  for (int t = 0; t < L; ++t)
+    std::copy_n(s.pending_ids.begin() + static_cast<size_t>(t) * hashed, hashed,
+                pb.ids.data() + static_cast<size_t>(t) * pb.num_rows);
+  pb.tables.assign(static_cast<size_t>(L), Table{});
+  // The tables its calls had built: rebuilt from the same ids and seed, so they are the same.
+  BuildScratch scratch;
+  for (int t = 0; t < built; ++t)
+    im.build_table(t, pb.tables[t], pb.ids.data() + static_cast<size_t>(t) * pb.num_rows, pb.num_rows, pb.seed,
+                   scratch);
+  pb.active = true;
 }
 
 }  // namespace slide
