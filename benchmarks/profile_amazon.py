@@ -19,7 +19,8 @@ profiler on (``core.profiling``), and prints per run:
   so that two settings are compared per sample, not only per second.
 
 A setting is a comma-separated list of engine settings set on the core before training
-(``shared_negatives=False``, ``rebuild_spread=1``; ``default`` sets nothing). Runs of different
+(``shared_negatives=False``, ``rebuild_spread=1``) and of dotted config keys set before the
+network is built (``layers.-1.lsh.L=25``); ``default`` sets nothing. Runs of different
 settings at one thread count follow each other back to back, so their ratio is measured under
 the same load. Prints a table and writes benchmarks/results/profile_amazon.json.
 """
@@ -76,6 +77,17 @@ def parse_setting(text: str) -> dict:
     return out
 
 
+def _set_config(cfg, key: str, value) -> None:
+    """cfg.layers[-1].lsh.L = value for key 'layers.-1.lsh.L' (list items by index)."""
+    *path, last = key.split(".")
+    obj = cfg
+    for part in path:
+        obj = obj[int(part)] if isinstance(obj, list) else getattr(obj, part)
+    if not hasattr(obj, last):
+        raise SystemExit(f"setting {key!r}: the config has no such key")
+    setattr(obj, last, value)
+
+
 def run_one(data, threads: int, setting: dict, args) -> dict:
     import slide
     from slide import metrics
@@ -86,6 +98,9 @@ def run_one(data, threads: int, setting: dict, args) -> dict:
     cfg.training.seed = args.seed
     cfg.training.epochs = 10**6                       # --samples stops training
     cfg.training.eval_every = 0
+    for key, value in setting.items():
+        if "." in key:
+            _set_config(cfg, key, value)
     batch = cfg.training.batch_size
     marks = sorted(set(args.marks))
     curve = []
@@ -95,7 +110,8 @@ def run_one(data, threads: int, setting: dict, args) -> dict:
         def on_train_begin(self, net):
             core = net._core
             for k, v in setting.items():
-                setattr(core, k, v)
+                if "." not in k:
+                    setattr(core, k, v)
             core.reset_profile()
             core.profiling = True
             state["t"] = time.perf_counter()

@@ -65,6 +65,9 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     "softmax-wd0.1": {"optimizer.weight_decay": 0.1},
     "softmax-h512-bf16": {"layers.0.size": 512, "layers.-1.precision": "bf16"},
     "softmax-range15": {"layers.-1.lsh.range_pow": 15},
+    "softmax-L25": {"layers.-1.lsh.L": 25},
+    "softmax-L12": {"layers.-1.lsh.L": 12},
+    "softmax-lr3e-3-L12": {"optimizer.lr": 3e-3, "layers.-1.lsh.L": 12},
 }
 
 
