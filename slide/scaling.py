@@ -36,11 +36,18 @@ def normalize_rows(features: sp.spmatrix, mode: str = "l2",
     ``tfidf_l2`` (multiply by ``idf``, then unit norm). All-zero rows stay zero.
 
     Values are float32; each row's squared norm is summed in float64, in storage order.
-    Returns a new float32 CSR matrix; the input is not modified.
+    Returns a new float32 CSR matrix; the input is not modified. When the input is already a
+    float32 CSR matrix, the result shares its index arrays (``indices``, ``indptr``: neither is
+    written) and only the values are copied: a training set is held once more in values, not
+    twice (amazon-670k preset: 148 MB of indices not copied).
     """
     if mode not in NORMALIZE_MODES:
         raise ValueError(f"data.normalize must be one of {', '.join(NORMALIZE_MODES)}; got {mode!r}")
-    x = sp.csr_matrix(features, dtype=np.float32, copy=True)
+    if sp.isspmatrix_csr(features) and features.dtype == np.float32:
+        x = sp.csr_matrix((features.data.copy(), features.indices, features.indptr), shape=features.shape,
+                          copy=False)
+    else:
+        x = sp.csr_matrix(features, dtype=np.float32, copy=True)
     if mode != "none":
         scale_values(x.data, x.indices, x.indptr, x.shape[1], mode, idf)
     return x

@@ -52,6 +52,18 @@ def test_input_is_not_modified_and_none_only_converts():
     assert z.dtype == np.float32 and np.array_equal(z.toarray(), before.toarray().astype(np.float32))
 
 
+def test_float32_input_shares_its_index_arrays_and_keeps_its_values():
+    """The normalised copy of a float32 CSR matrix (a training set) copies only the values."""
+    x = _rows()
+    assert x.dtype == np.float32
+    before = x.data.copy()
+    z = normalize_rows(x, "l2")
+    assert np.shares_memory(z.indices, x.indices) and np.shares_memory(z.indptr, x.indptr)
+    assert not np.shares_memory(z.data, x.data)
+    assert np.array_equal(x.data, before) and not np.array_equal(z.data, x.data)
+    np.testing.assert_array_equal(z.toarray(), normalize_rows(x.astype(np.float64), "l2").toarray())
+
+
 def test_idf_weights_hand_computed():
     x = sp.csr_matrix(np.array([[1, 0, 2], [0, 0, 1], [3, 0, 0], [1, 0, 1]], dtype=np.float32))
     # n = 4 rows; document frequencies 3, 0, 3
