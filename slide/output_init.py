@@ -58,8 +58,12 @@ def init_output_centroids(net, arrays) -> float:
         Yt = Y[a:b][:, begin:end].T.tocsr()          # labels x points of this chunk
         Yt.data[:] = 1.0
         rows = np.flatnonzero(np.diff(Yt.indptr))
-        if rows.size:
-            W[rows] += np.asarray(Yt[rows] @ H, dtype=np.float32)
+        # a block of labels at a time: the chunk's points carry up to ~10^5 distinct labels on a
+        # wide layer, and W[rows] and its update would be two dense copies of them (each row's
+        # sum is computed the same way whatever the block)
+        for r in range(0, rows.size, chunk):
+            rs = rows[r:r + chunk]
+            W[rs] += np.asarray(Yt[rs] @ H, dtype=np.float32)
     # In place, a block of rows at a time: indexing W[has] would copy most of a wide layer
     # (hundreds of MiB at 670K labels) while training's own state is already allocated.
     counts = np.bincount(labels, minlength=end - begin).astype(np.float32)

@@ -57,7 +57,13 @@ def scale_values(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_
                  idf: Optional[np.ndarray] = None) -> None:
     """:func:`normalize_rows` on the arrays of a canonical CSR matrix: scales the float32
     ``data`` in place (the same arithmetic, so the same bits, without building a matrix:
-    a one-row query then costs microseconds)."""
+    a one-row query then costs microseconds).
+
+    Rows are taken in blocks of about ``SCALE_BLOCK`` stored values, so that the float64
+    temporaries stay a few MiB whatever the size of the matrix (whole-matrix temporaries were
+    five times the values: 0.55 GiB above the resident set on the amazon-670k preset, the peak
+    of a training run). Each row lies in one block and is summed in the same order, so the
+    result does not depend on the block size."""
     if mode == "none":
         return
     if mode == "tfidf_l2":
@@ -66,16 +72,38 @@ def scale_values(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_
         idf = np.asarray(idf, dtype=np.float32)
         if idf.shape[0] < num_features:
             raise ValueError(f"idf has {idf.shape[0]} weights for {num_features} features")
-        data *= idf[indices]
-    counts = np.diff(indptr)
-    if data.size:
+    indptr = np.asarray(indptr)
+    n = len(indptr) - 1
+    r0 = 0
+    while r0 < n:
+        # the rows whose values start within the next SCALE_BLOCK values (at least one row)
+        target = min(int(indptr[r0]) + SCALE_BLOCK, int(indptr[-1]))
+        r1 = max(r0 + 1, int(np.searchsorted(indptr, target, side="right")) - 1)
+        r1 = min(r1, n)
+        _scale_block(data, indices, indptr[r0:r1 + 1], mode, idf)
+        r0 = r1
+
+
+#: Stored values per block of :func:`scale_values` (8 MiB of float64 temporaries).
+SCALE_BLOCK = 1 << 20
+
+
+def _scale_block(data: np.ndarray, indices: np.ndarray, ptr: np.ndarray, mode: str,
+                 idf: Optional[np.ndarray]) -> None:
+    """Scales the rows whose offsets are ``ptr`` (a slice of indptr) in place."""
+    a, b = int(ptr[0]), int(ptr[-1])
+    block = data[a:b]              # a view: scaled in place
+    if mode == "tfidf_l2":
+        block *= idf[indices[a:b]]
+    counts = np.diff(ptr)
+    if block.size:
         # reduceat needs in-range start offsets: the appended 0 stands in for trailing empty rows,
         # and the value reduceat gives an empty row (the next element) is replaced by 0 below.
-        sq = np.add.reduceat(np.concatenate([data.astype(np.float64) ** 2, [0.0]]),
-                             np.minimum(indptr[:-1], data.size))
+        sq = np.add.reduceat(np.concatenate([block.astype(np.float64) ** 2, [0.0]]),
+                             np.minimum(ptr[:-1] - a, block.size))
         sq = np.where(counts > 0, sq, 0.0)
     else:
-        sq = np.zeros(len(indptr) - 1)
+        sq = np.zeros(len(ptr) - 1)
     norms = np.sqrt(sq)
     norms[norms == 0] = 1.0
-    data /= np.repeat(norms, counts).astype(np.float32)
+    block /= np.repeat(norms, counts).astype(np.float32)

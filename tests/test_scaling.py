@@ -43,6 +43,46 @@ def test_rows_match_a_row_by_row_reference_bit_for_bit(mode):
     np.testing.assert_allclose(np.delete(norms, [0, 20, 39]), 1.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("block", [1, 3, 7, 1 << 20])
+@pytest.mark.parametrize("mode", ["l2", "tfidf_l2"])
+def test_rows_scaled_block_by_block_give_the_same_bits(monkeypatch, mode, block):
+    """Blocks of rows (a row longer than a block is a block of its own) change nothing."""
+    import slide.scaling as scaling
+
+    monkeypatch.setattr(scaling, "SCALE_BLOCK", block)
+    x = _rows(seed=3)
+    idf = idf_weights(x)
+    z = normalize_rows(x, mode, idf)
+    expected = _reference(x, idf if mode == "tfidf_l2" else None)
+    assert np.array_equal(z.data.view(np.uint32), expected.astype(np.float32).view(np.uint32))
+
+
+def test_scaling_a_large_matrix_allocates_no_whole_matrix_temporaries(monkeypatch):
+    """A training set is scaled in blocks: numpy's temporaries stay far below its values (a
+    whole-matrix float64 square, concatenation and repeat were five times them, the peak of a
+    full-size training run)."""
+    import tracemalloc
+
+    import slide.scaling as scaling
+
+    monkeypatch.setattr(scaling, "SCALE_BLOCK", 1 << 16)   # a sixteenth of the default
+
+    n, per_row = 40_000, 100
+    indptr = np.arange(n + 1, dtype=np.int32) * per_row
+    rng = np.random.default_rng(0)
+    x = sp.csr_matrix((rng.random(n * per_row, dtype=np.float32) + 0.5,
+                       np.tile(np.arange(per_row, dtype=np.int32) * 10, n), indptr), shape=(n, 1000))
+    values = x.data.nbytes   # 16 MB
+    tracemalloc.start()
+    try:
+        z = normalize_rows(x, "l2")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < values + values // 4, (peak, values)    # the copy of the values and a block
+    np.testing.assert_allclose(np.sqrt(z.multiply(z).sum(axis=1)).A1, 1.0, rtol=1e-5)
+
+
 def test_input_is_not_modified_and_none_only_converts():
     x = _rows().astype(np.float64)
     before = x.copy()
