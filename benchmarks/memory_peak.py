@@ -4,7 +4,7 @@
                                      [--data TRAIN.txt [--test TEST.txt --eval-points 20000]]
 
 Generates amazon-670k-shaped synthetic data (135,909 features, all 670,091 labels, ``--train``
-points), builds ``datasets/synth-amazon-670k.yaml`` (hidden 128, DWTA tables, centroid rows) and
+points), builds ``datasets/synth-amazon-670k.yaml`` (DWTA tables, centroid rows) and
 measures, in this process, the resident set (``VmRSS``) after each phase and its peak during the
 phase (``VmHWM``, reset through ``/proc/self/clear_refs`` before each phase; Linux only):
 building the network (weights, Adam moments, first tables), the centroid initialisation of the
