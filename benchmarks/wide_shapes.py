@@ -70,10 +70,7 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     "softmax-lr3e-3-L12": {"optimizer.lr": 3e-3, "layers.-1.lsh.L": 12},
     "sigmoid-lr1e-2": {"layers.-1.activation": "sigmoid", "optimizer.lr": 1e-2},
     "sigmoid-lr1e-3": {"layers.-1.activation": "sigmoid", "optimizer.lr": 1e-3},
-    "sigmoid-h256-lr1.5e-3": {"layers.-1.activation": "sigmoid", "layers.0.size": 256, "optimizer.lr": 1.5e-3},
     "sigmoid-h256-lr1e-3": {"layers.-1.activation": "sigmoid", "layers.0.size": 256, "optimizer.lr": 1e-3},
-    "sigmoid-h512-lr1e-3": {"layers.-1.activation": "sigmoid", "layers.0.size": 512, "optimizer.lr": 1e-3},
-    "sigmoid-h512-lr2.5e-3": {"layers.-1.activation": "sigmoid", "layers.0.size": 512, "optimizer.lr": 2.5e-3},
 }
 
 

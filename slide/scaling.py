@@ -16,6 +16,9 @@ __all__ = ["NORMALIZE_MODES", "idf_weights", "normalize_rows", "scale_values"]
 #: The values of ``data.normalize``.
 NORMALIZE_MODES = ("none", "l2", "tfidf_l2")
 
+#: Stored values per block of :func:`scale_values` (8 MiB of float64 temporaries).
+SCALE_BLOCK = 1 << 20
+
 
 def idf_weights(features: sp.spmatrix, dtype=np.float32) -> np.ndarray:
     """Smoothed inverse document frequency per feature, ``log((1 + n) / (1 + df)) + 1``,
@@ -78,14 +81,10 @@ def scale_values(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_
     while r0 < n:
         # the rows whose values start within the next SCALE_BLOCK values (at least one row)
         target = min(int(indptr[r0]) + SCALE_BLOCK, int(indptr[-1]))
-        r1 = max(r0 + 1, int(np.searchsorted(indptr, target, side="right")) - 1)
-        r1 = min(r1, n)
+        r1 = max(r0 + 1, int(np.searchsorted(indptr, target, side="right")) - 1)   # <= n
         _scale_block(data, indices, indptr[r0:r1 + 1], mode, idf)
         r0 = r1
 
-
-#: Stored values per block of :func:`scale_values` (8 MiB of float64 temporaries).
-SCALE_BLOCK = 1 << 20
 
 
 def _scale_block(data: np.ndarray, indices: np.ndarray, ptr: np.ndarray, mode: str,
