@@ -17,7 +17,9 @@ included), an at-once rebuild of the tables, and a checkpoint save. The model st
 With ``--data`` the training points are read from a file instead (e.g. the full amazon-670k
 preset written by ``slide datasets synth amazon-670k``), as ``slide train`` reads them; with
 ``--test`` the test file is read too (after the training data, as ``slide train`` holds both)
-and a last phase scores ``--eval-points`` of its points exactly.
+and a last phase scores ``--eval-points`` of its points exactly. Like ``slide train``, the probe
+lets fit scale the training values in place (``fit(copy=False)``); ``--copy`` measures the copying
+default of ``Network.fit``.
 """
 from __future__ import annotations
 
@@ -56,6 +58,9 @@ def main(argv=None) -> int:
     ap.add_argument("--train", type=int, default=20000)
     ap.add_argument("--batches", type=int, default=300)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--copy", action="store_true",
+                    help="train on a scaled copy of the training values (Network.fit's default) instead of "
+                         "scaling them in place as slide train does")
     ap.add_argument("--data", help="a training file to read instead of generating --train points")
     ap.add_argument("--test", help="with --data: a test file, read and scored (--eval-points of it)")
     ap.add_argument("--eval-points", type=int, default=20000)
@@ -107,7 +112,7 @@ def main(argv=None) -> int:
 
     phase(f"{a.batches} batches (scheduled rebuilds)",
           lambda: net.fit(train, epochs=-(-a.batches * cfg.training.batch_size // train.features.shape[0]),
-                          callbacks=[Begin(), StopAfter(a.batches)], progress=False))
+                          callbacks=[Begin(), StopAfter(a.batches)], progress=False, copy=a.copy))
     phase("table rebuild at once", net._core.rebuild_tables)
     with tempfile.TemporaryDirectory() as d:
         phase("checkpoint save", lambda: net.save(os.path.join(d, "m.slide")))

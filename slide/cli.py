@@ -210,7 +210,7 @@ def cmd_train(args) -> int:
     try:
         summary = runs.train_run(config, run, resume=bool(args.resume), callbacks=[progress],
                                  on_record=lambda rec: progress.write(_metric_line(rec)), data=data,
-                                 comm=comm)
+                                 comm=comm, data_owned=True)
     except KeyboardInterrupt:
         # fit wrote a checkpoint of the interrupted state (on_train_end) before re-raising
         if getattr(args, "debug", False):

@@ -635,17 +635,20 @@ class RunRecorder(Callback):
 
 def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: Iterable = (),
               on_record: Optional[Callable[[Dict[str, Any]], None]] = None,
-              data: Optional[tuple] = None, comm: Any = None) -> Dict[str, Any]:
+              data: Optional[tuple] = None, comm: Any = None, data_owned: bool = False) -> Dict[str, Any]:
     """Train ``config`` in ``run`` (continuing its latest checkpoint when ``resume``).
 
     ``data`` is the ``(train, valid, test)`` triple when the caller loaded it
-    already (the CLI does, to report data errors before creating the folder).
+    already (the CLI does, to report data errors before creating the folder); ``data_owned``
+    says that nothing else will read it, so that fit may scale the training values in place
+    (``Network.fit(copy=False)``; data the run loads itself is its own).
     Writes metrics.jsonl, checkpoints, model.slide and summary.json; returns the summary.
     With ``comm`` (MPI ranks, collective) one network is trained over all ranks; rank 0 writes
     the run folder's files, each rank its shard of every checkpoint and of the model.
     """
     from . import Network
 
+    owned = data is None or data_owned
     train, valid, test = data if data is not None else load_run_data(config)
     seconds_offset = 0.0
     rank = comm.Get_rank() if comm is not None else 0
@@ -669,11 +672,13 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
     recorder = RunRecorder(run, config, seconds_offset=seconds_offset, on_record=on_record)
     if resume:
         recorder.last_checkpoint_step = start_step  # that state is on disk already
-    history = net.fit(train, valid=valid, test=test, callbacks=[recorder, *callbacks])
-    wall_seconds = recorder.elapsed()
-
     eval_set, eval_name = (test, "test") if test is not None else \
         ((valid, "valid") if valid is not None else (train, "train"))
+    # When the run owns its data, fit may scale the training values in place (one copy of them
+    # less) unless the final evaluation reads them again.
+    history = net.fit(train, valid=valid, test=test, callbacks=[recorder, *callbacks],
+                      copy=not owned or eval_set is train)
+    wall_seconds = recorder.elapsed()
     final = net.evaluate(eval_set, k=tuple(config.eval.k))
     _writing(run.model_path, lambda: net.save(run.model_path))  # atomic: temporary file, fsync, rename
     rss = peak_rss_bytes()

@@ -142,3 +142,69 @@ def test_baselines_and_the_generator_use_the_same_function():
 
     assert baselines.normalize_rows is normalize_rows and baselines.idf_weights is idf_weights
     assert network.normalize_rows is normalize_rows and synthetic.normalize_rows is normalize_rows
+
+
+def _labelled(seed=0):
+    x = _rows(seed, n=60)
+    y = sp.csr_matrix((np.ones(x.shape[0], np.float32), np.arange(x.shape[0]) % 5,
+                       np.arange(x.shape[0] + 1)), shape=(x.shape[0], 5))
+    return x, y
+
+
+def _trained(x, y, mode, copy, **fit):
+    net = slide.Network(normalize=mode, hidden=8, epochs=2, threads=1, valid_fraction=0.0, seed=4)
+    net.fit((x, y), copy=copy, **fit)
+    return net
+
+
+@pytest.mark.parametrize("mode", ["l2", "tfidf_l2"])
+def test_fit_without_copy_scales_train_in_place_and_learns_the_same_bits(mode):
+    x, y = _labelled()
+    original = x.data.copy()
+    ref = _trained(x, y, mode, copy=True)
+    assert np.array_equal(x.data, original)   # the default leaves the caller's values alone
+    net = _trained(x, y, mode, copy=False)
+    # the values were scaled where they lie (no second copy), exactly as the copying path scales
+    scaled = normalize_rows(sp.csr_matrix((original, x.indices, x.indptr), shape=x.shape), mode, idf_weights(x))
+    assert np.array_equal(x.data.view(np.uint32), scaled.data.view(np.uint32))
+    for k, v in ref.parameters().items():
+        assert np.array_equal(v, net.parameters()[k]), k
+    q = _rows(7, n=10)
+    assert np.array_equal(ref.predict(q, k=3)[0], net.predict(q, k=3)[0])
+
+
+def test_fit_without_copy_keeps_values_that_are_read_again():
+    x, y = _labelled()
+    original = x.data.copy()
+    # validation rows that are the training rows: scaling in place would scale them twice
+    ref = _trained(x, y, "l2", copy=True, valid=(x, y))
+    net = _trained(x, y, "l2", copy=False, valid=(x, y))
+    assert np.array_equal(x.data, original)
+    assert net.history.records[-1]["valid/nDCG@5"] == ref.history.records[-1]["valid/nDCG@5"]
+    for k, v in ref.parameters().items():
+        assert np.array_equal(v, net.parameters()[k]), k
+    # a validation split held out of train (epochs=auto) is trained on again by the refit
+    net = slide.Network(normalize="l2", hidden=8, epochs="auto", max_epochs=2, threads=1, seed=4)
+    net.fit((x, y), copy=False)
+    assert np.array_equal(x.data, original)
+    # nothing to scale: the values are used as they are
+    x2 = x.copy()
+    _trained(x2, y, "none", copy=False)
+    assert np.array_equal(x2.data, original)
+
+
+def test_a_cli_run_trains_on_its_own_data_without_a_copy(tmp_path, monkeypatch):
+    """`slide train` owns the data it loaded: the training values are scaled in place."""
+    from slide.runs import RunDir, train_run
+
+    x, y = _labelled()
+    test = _labelled(1)
+    original = x.data.copy()
+    cfg = slide.Config.from_dict({"data": {"normalize": "l2"}, "layers": [{"size": 8, "activation": "relu"}, {"activation": "softmax"}],
+                                  "training": {"epochs": 2, "threads": 1}})
+    data = (slide.Dataset(x, y), None, slide.Dataset(*test))
+    train_run(cfg, RunDir.create(tmp_path / "a", cfg), data=data)
+    assert np.array_equal(x.data, original)     # data the caller lent: not touched
+    summary = train_run(cfg, RunDir.create(tmp_path / "b", cfg), data=data, data_owned=True)
+    assert not np.array_equal(x.data, original)
+    assert summary["evaluated_on"] == "test"
