@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -51,6 +52,11 @@ LSH_PRIOR = 1000
 
 # What predict/evaluate accept as mode (see Network.predict).
 PREDICT_MODES = ("exact", "index", "lsh")
+SIGMOID_LSH_WARNING = (
+    "mode='lsh' on a sigmoid output layer: its hash tables return almost no candidates for a row "
+    "(the rows a per-label binary loss learns do not hash like the hidden vectors do), so the "
+    "ranking is mostly the prior labels; measured on the amazon-670k config P@1 0.0003 against "
+    "0.5247 exact. Use mode='index' (there 0.5217 at 36x the speed of exact).")
 
 
 def _check_mode(mode, what: str) -> None:
@@ -565,7 +571,9 @@ class Network(_EpochLoop):
           biases, and frequent labels that a large bias puts on top are often in no bucket).
           ``candidates=0`` selects as in training instead (random fill to ``lsh.min_active``).
           The tables serve training; after long training they find the top labels of far
-          fewer rows than the index does (datasets/synthetic.md).
+          fewer rows than the index does (datasets/synthetic.md). On a sigmoid output layer
+          they return almost no candidates and the ranking is mostly the prior: a
+          ``UserWarning`` says so, and mode ``"index"`` is the one to use.
 
         Scores are the output layer's probabilities: softmax over the scored labels, or each
         label's sigmoid for a sigmoid output layer (``activation: auto`` on a dense output
@@ -622,6 +630,8 @@ class Network(_EpochLoop):
     def _predict_arrays(self, arrays: _Arrays, k: int, mode: str = "exact", candidates: Optional[int] = None,
                         prior: Optional[int] = None, probe: Optional[int] = None):
         if mode == "lsh":
+            if self.config.layers[-1].activation == "sigmoid" and (self.resolved_sampling or [""])[-1] == "lsh":
+                warnings.warn(SIGMOID_LSH_WARNING, UserWarning, stacklevel=3)
             out = self.config.layers[-1].lsh
             if candidates is None:
                 candidates = out.max_active or self.num_labels

@@ -133,3 +133,33 @@ def test_with_many_labels_per_point_the_binary_loss_ranks_better():
         p1[activation] = net.evaluate(test_set)["P@1"]
     assert p1["sigmoid"] > 0.94, p1
     assert p1["sigmoid"] > p1["softmax"] + 0.03, p1
+
+
+def test_lsh_prediction_on_a_sigmoid_layer_warns_and_names_the_index():
+    """The hash tables of a sigmoid output layer return almost no candidates for a row, so
+    mode='lsh' ranks mostly the prior labels; predict and evaluate say so and name the mode
+    that serves such a layer (measured, one thread, seed 0, DWTA tables as in the wide
+    configs: test P@1 exact 0.807, index 0.807, the tables' candidates alone 0.001; on a
+    20,000-label set the softmax layer's lsh mode reached 0.52 of exact's 0.73, the sigmoid
+    one's 0.0005 of 0.63)."""
+    train_set, test_set = slide.datasets.make_synthetic("small")
+    nets = {}
+    for activation in ("sigmoid", "softmax"):
+        cfg = _small_config(activation, init="centroid")
+        cfg.layers[-1].lsh.family, cfg.layers[-1].lsh.K, cfg.layers[-1].lsh.L = "dwta", 8, 12
+        nets[activation] = slide.Network(cfg)
+        nets[activation].fit(train_set, progress=False)
+    net = nets["sigmoid"]
+    with pytest.warns(UserWarning, match=r"mode='lsh' on a sigmoid output layer.*Use mode='index'"):
+        net.evaluate(test_set, mode="lsh")
+    with pytest.warns(UserWarning, match="mode='index'"):
+        top = net.predict(test_set.features, k=1, mode="lsh", prior=0)[0][:, 0]   # the tables alone
+    Y = test_set.labels
+    lsh = np.mean([t in Y.indices[Y.indptr[i]:Y.indptr[i + 1]] for i, t in enumerate(top)])
+    exact, index = (net.evaluate(test_set, mode=m)["P@1"] for m in ("exact", "index"))
+    assert lsh < exact - 0.3 and index > exact - 0.03, (exact, index, lsh)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")    # no warning on a softmax layer, nor for mode index
+        nets["softmax"].predict(test_set.features[:3], k=2, mode="lsh")
+        net.predict(test_set.features[:3], k=2, mode="index")
