@@ -72,10 +72,8 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     "sigmoid-lr1e-3": {"layers.-1.activation": "sigmoid", "optimizer.lr": 1e-3},
     "sigmoid-h256-lr1e-3": {"layers.-1.activation": "sigmoid", "layers.0.size": 256, "optimizer.lr": 1e-3},
     "sigmoid-h512-lr2.5e-3": {"layers.-1.activation": "sigmoid", "layers.0.size": 512, "optimizer.lr": 2.5e-3},
-    "sigmoid-h256-decay0.8": {"layers.-1.activation": "sigmoid", "layers.0.size": 256, "optimizer.lr_decay": 0.8},
     "sigmoid-h256-L1": {"layers.-1.activation": "sigmoid", "layers.0.size": 256, "layers.-1.lsh.L": 1},
     "sigmoid-h256-lr2.5e-3": {"layers.-1.activation": "sigmoid", "layers.0.size": 256, "optimizer.lr": 2.5e-3},
-    "sigmoid-h256-lr1e-2": {"layers.-1.activation": "sigmoid", "layers.0.size": 256, "optimizer.lr": 1e-2},
 }
 
 

@@ -329,18 +329,21 @@ class Network(_EpochLoop):
             raise ValueError(f"{what}: label id {int(Y.indices.max())} is out of range: the network "
                              f"has {self.num_labels} labels")
 
-    def _normalize(self, X: sp.csr_matrix) -> sp.csr_matrix:
-        """Apply ``data.normalize`` (with the idf learnt from the training data)."""
+    def _normalize(self, X: sp.csr_matrix, in_place: bool = False) -> sp.csr_matrix:
+        """Apply ``data.normalize`` (with the idf learnt from the training data); ``in_place``
+        scales X's own float32 values instead of a copy."""
         mode = self.config.data.normalize
         if mode == "none":
             return X    # no copy of data that is used as it is
         if mode == "tfidf_l2" and self._idf is None:
             raise RuntimeError("tfidf_l2: idf statistics are missing (fit has not run)")
+        if in_place:
+            scale_values(X.data, X.indices, X.indptr, X.shape[1], mode, self._idf)
+            return X
         return normalize_rows(X, mode, self._idf)
 
-    def _convert(self, X: sp.csr_matrix, Y: Optional[sp.csr_matrix]) -> _Arrays:
-        X = self._normalize(X)
-        return _Arrays(X, Y)
+    def _convert(self, X: sp.csr_matrix, Y: Optional[sp.csr_matrix], in_place: bool = False) -> _Arrays:
+        return _Arrays(self._normalize(X, in_place), Y)
 
     # ------------------------------------------------------------------ training
     def fit(self, train, epochs: Union[None, int, str] = None, valid=None, test=None,
@@ -515,13 +518,9 @@ class Network(_EpochLoop):
         # Scaling in place (copy=False) only once every check has passed, and only values nothing
         # else reads: a split held out of train is read again (lr search, refit), and validation
         # or test rows may be views of the same values.
-        mode = cfg.data.normalize
-        if (not copy and mode != "none" and not split.held_out_of_train and split.X.data.flags.writeable
-                and not any(m is not None and np.may_share_memory(m.data, split.X.data) for m in (split.Xv, Xt))):
-            scale_values(split.X.data, split.X.indices, split.X.indptr, split.X.shape[1], mode, self._idf)
-            fit_arrays = _Arrays(split.X, split.Y)
-        else:
-            fit_arrays = self._convert(split.X, split.Y)
+        in_place = (not copy and not split.held_out_of_train and split.X.data.flags.writeable
+                    and not any(m is not None and np.may_share_memory(m.data, split.X.data) for m in (split.Xv, Xt)))
+        fit_arrays = self._convert(split.X, split.Y, in_place)
         full_arrays = (self._convert(split.X_all, split.Y_all) if split.held_out_of_train
                        else fit_arrays)
         return _FitData(fit_arrays, full_arrays, valid_arrays, test_arrays)
@@ -630,7 +629,7 @@ class Network(_EpochLoop):
     def _predict_arrays(self, arrays: _Arrays, k: int, mode: str = "exact", candidates: Optional[int] = None,
                         prior: Optional[int] = None, probe: Optional[int] = None):
         if mode == "lsh":
-            if self.config.layers[-1].activation == "sigmoid" and (self.resolved_sampling or [""])[-1] == "lsh":
+            if self.config.layers[-1].activation == "sigmoid" and self.resolved_sampling[-1] == "lsh":
                 warnings.warn(SIGMOID_LSH_WARNING, UserWarning, stacklevel=3)
             out = self.config.layers[-1].lsh
             if candidates is None:

@@ -86,7 +86,6 @@ def scale_values(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_
         r0 = r1
 
 
-
 def _scale_block(data: np.ndarray, indices: np.ndarray, ptr: np.ndarray, mode: str,
                  idf: Optional[np.ndarray]) -> None:
     """Scales the rows whose offsets are ``ptr`` (a slice of indptr) in place."""
