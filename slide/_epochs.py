@@ -13,6 +13,7 @@ import numpy as np
 
 from ._arrays import _Arrays, _FitData, _Meter
 from .history import History
+from . import centroids as _centroids
 from .output_init import init_output_centroids
 
 log = logging.getLogger("slide")
@@ -121,6 +122,8 @@ class _EpochLoop:
         self.epoch = 0
         self._batch_in_epoch = 0
         self._init_output_centroids(data.full)
+        if self._centroid_weight:   # the refit's label centroids: all of train's
+            self._build_centroids(data.full)
         self._phase = "refit"
         self.stop_training = False
         log.info("epochs=auto: best validation P@1 %.4f after %s epochs; refitting on all %d "
@@ -169,12 +172,15 @@ class _EpochLoop:
             main = m if name == "test" or main is None else main
         if main is not None:
             rec.update(main)
-        if valid is not None:
-            self._track_best(rec["valid/P@1"], epoch, history)
+        if valid is not None and self._track_best(rec["valid/P@1"], epoch, history) and self._pool_best:
+            # centroid_weight auto before a refit: the best network's validation logits, on which
+            # the weight is chosen when the search ends (its weights are not kept)
+            self._best_pools = list(_centroids.pools(self, valid, self._centroids))
         history.records.append(rec)
         _call(cbs, "on_evaluate", self, rec)
 
-    def _track_best(self, score: float, epoch: float, history: History) -> None:
+    def _track_best(self, score: float, epoch: float, history: History) -> bool:
+        """Books a validation score; True when it is a new best."""
         tr, o = self.config.training, self.config.optimizer
         if self._best_score is None or score > self._best_score:
             self._best_score, self._best_step, self._best_epoch = score, self.step, epoch
@@ -183,7 +189,7 @@ class _EpochLoop:
             if self._snapshot_best:
                 self._best_params = {k: np.array(v, copy=True)
                                      for k, v in self._core.parameters().items()}
-            return
+            return True
         self._evals_since_best += 1
         self._evals_since_lr_change += 1
         if o.lr_plateau < 1.0 and self._evals_since_lr_change >= o.lr_plateau_patience:
@@ -195,6 +201,7 @@ class _EpochLoop:
                 and self.step - self._best_step >= 2 * o.lr_decay_min_steps):
             history.stopped_early = True
             self.stop_training = True
+        return False
 
 
 def _call(cbs, method: str, *args) -> None:

@@ -232,6 +232,9 @@ def cmd_train(args) -> int:
                      + " by validation")
     else:
         kept = f"kept epoch {summary['kept_epoch']}"
+    if summary.get("centroid_weight"):
+        how = " (by validation)" if summary.get("centroid_search") else ""
+        kept += f"; label-centroid weight {summary['centroid_weight']:g}{how}"
     ranks = summary.get("ranks", 1)
     rss = (f"peak RSS {format_bytes(summary['peak_rss_bytes'])}" if ranks == 1 else
            f"peak RSS per rank {' '.join(format_bytes(b) for b in summary['peak_rss_bytes_per_rank'])} "

@@ -90,6 +90,11 @@ class LayerConfig:
                                 "bytes, float32 arithmetic; AVX512_BF16 instructions where the CPU has them, an "
                                 "exact fallback elsewhere). bf16 is allowed on the first and the output layer",
                         choices=("fp32", "bf16"))
+    centroid_weight: Union[float, str] = _f("auto", "output layer only: each label's score adds this weight x the "
+                                                    "cosine between the input row and the label's centroid of "
+                                                    "the training input (slide.centroids); auto = chosen on "
+                                                    "validation data (off without it), 0 = off",
+                                             min=0.0, auto=True)
 
 
 def _default_layers() -> List[LayerConfig]:
@@ -279,6 +284,8 @@ class Config:
             if layer.init == "centroid" and (not last or i == 0):
                 err(f"layers.{i}.init", "centroid initialises the output layer after a hidden layer only"
                     if last else "centroid is only allowed on the last (output) layer")
+            if not last and layer.centroid_weight not in ("auto", 0.0):
+                err(f"layers.{i}.centroid_weight", "the label-centroid term belongs to the last (output) layer")
             if layer.precision == "bf16" and 0 < i < len(self.layers) - 1:
                 err(f"layers.{i}.precision",
                     "bf16 is supported on the first layer and the output layer, not on middle hidden layers")
@@ -352,7 +359,8 @@ def _convert(key: str, tp, value, meta, source):
 
     if meta.get("auto") and isinstance(value, str):
         if value != "auto":
-            kind = "true, false" if get_args(tp)[:1] == (bool,) else "an integer"
+            first = get_args(tp)[:1]
+            kind = "true, false" if first == (bool,) else "a number" if first == (float,) else "an integer"
             err(f"expected {kind} or auto, got {value!r}")
         return value
     origin = get_origin(tp)

@@ -28,6 +28,10 @@ class History:
         # epochs=auto on a small problem (slide.lr_search): each rate searched, the configured one
         # first, with its best validation P@1 and epoch; empty when only the configured rate ran.
         self.lr_search: List[Dict[str, Any]] = []
+        # layers[-1].centroid_weight: the weight in use (0 = off) and, when auto chose it in
+        # this fit, the validation P@1 of each weight tried (slide.centroids).
+        self.centroid_weight: float = 0.0
+        self.centroid_search: Dict[float, float] = {}
 
     def __len__(self) -> int:
         return len(self.records)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import warnings
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -25,6 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import callbacks as _callbacks
+from . import centroids as _centroids
 from ._epochs import _EpochLoop, _call
 from . import lr_search as _lr_search
 from . import memory as _memory
@@ -149,6 +151,13 @@ class Network(_EpochLoop):
         self.epoch = 0                # completed epochs
         self._batch_in_epoch = 0      # batches of the current epoch already trained
         self._idf: Optional[np.ndarray] = None
+        # The label-centroid term (slide.centroids): its weight once fixed (None: not chosen yet,
+        # 0: off) and the feature-by-label centroid matrix while the weight is above 0.
+        self._centroid_weight: Optional[float] = None
+        self._centroids: Optional[sp.csr_matrix] = None
+        self._pool_best = False       # fit decides: keep the best network's validation pools
+        self._best_pools: Optional[list] = None
+        self._keep_pools = False      # an lr_search child: keeps its pools for the parent to choose on
         self._label_counts: Optional[np.ndarray] = None
         self._num_train_points = 0
         self._train_seconds = 0.0
@@ -249,6 +258,11 @@ class Network(_EpochLoop):
                               f"layers.{i}.sampling is lsh{how} for {num_labels} labels; such networks train "
                               f"sample by sample with O(active) state per sample, so there is nothing to "
                               f"recompute: set training.recompute: false or layers.{i}.sampling: dense")
+        if self._comm is not None and cfg.layers[-1].centroid_weight not in ("auto", 0.0):
+            warnings.warn(f"layers.{len(cfg.layers) - 1}.centroid_weight: the label-centroid term runs in one "
+                          f"process only; it is off in this network sharded over {self.ranks} ranks",
+                          UserWarning, stacklevel=3)
+            self._centroid_weight = 0.0
         spec = _engine_spec(cfg, num_features)
         if self._comm is None:
             self._core = core.Network(spec)
@@ -408,6 +422,11 @@ class Network(_EpochLoop):
 
         if self.step == 0 and self._phase in ("train", "search"):
             self._init_output_centroids(data.fit)
+        weight = self.config.layers[-1].centroid_weight
+        if weight != "auto" and self._centroid_weight is None:
+            self._centroid_weight = float(weight)
+        if self._centroid_weight and self._centroids is None:
+            self._build_centroids(data.full if self._phase == "refit" else data.fit)
         cbs = list(callbacks)
         if progress:
             cbs.insert(0, _callbacks.ProgressBar())
@@ -419,6 +438,13 @@ class Network(_EpochLoop):
         refit = auto and tr.refit and split.held_out_of_train
         # a copy of the best weights (and Adam state) is kept only when it will be put back
         self._snapshot_best = tr.restore_best and not refit
+        # centroid_weight auto: chosen on the validation logits of the search's best epoch, kept
+        # at each new best (the centroids of the points searched on, built now), as the refit
+        # or restore_best will have that network
+        self._pool_best = bool(self._phase == "search" and (refit or tr.restore_best or self._keep_pools)
+                               and self._centroid_pending(data))
+        if self._pool_best and self._centroids is None:
+            self._build_centroids(data.fit)
         # epochs=auto: how long the search runs is not known in advance (no total on the bar)
         self._progress_total_samples = (self._remaining_samples(data.fit, epochs) if not auto
                                         else None)
@@ -434,6 +460,7 @@ class Network(_EpochLoop):
                     if refit and not history.interrupted and (not self.stop_training
                                                               or history.stopped_early):
                         history.lr_search = _lr_search.maybe_search(self, split, data)
+                        self._choose_centroid_weight(data, history)
                         self._start_refit(data)
                     elif not self.stop_training or history.stopped_early:
                         self._phase = "done"
@@ -450,6 +477,11 @@ class Network(_EpochLoop):
         history.refit_epochs = self._refit_epochs
         if not interrupted and (not auto or not refit):
             self._restore_best(history)
+            if (not auto or self._phase == "done") and not self._keep_pools:
+                self._choose_centroid_weight(data, history)
+        history.centroid_weight = self._centroid_weight or 0.0
+        if self._centroid_weight is not None:
+            self._best_pools = None
         _call(cbs, "on_train_end", self, history)
         if interrupted:
             raise KeyboardInterrupt
@@ -525,6 +557,44 @@ class Network(_EpochLoop):
                        else fit_arrays)
         return _FitData(fit_arrays, full_arrays, valid_arrays, test_arrays)
 
+    def _build_centroids(self, arrays: _Arrays) -> None:
+        """The label centroids of the training arrays the network trains on (counts as training time)."""
+        t = time.perf_counter()
+        wide = self.num_labels > _centroids.FULL_LABELS
+        self._centroids = _centroids.build(arrays.x_indptr, arrays.x_indices, arrays.x_values, arrays.y_indptr,
+                                           arrays.y_indices, self.num_features, self.num_labels,
+                                           max_features=_centroids.MAX_FEATURES if wide else None)
+        self._train_seconds += time.perf_counter() - t
+        log.debug("label centroids: %d non-zeros built in %.2f s", self._centroids.nnz, time.perf_counter() - t)
+
+    def _centroid_pending(self, data: "_FitData") -> bool:
+        """``centroid_weight: auto`` not yet chosen, and something to choose it on."""
+        return (self._centroid_weight is None and self.config.layers[-1].centroid_weight == "auto"
+                and data.valid is not None and self._comm is None)
+
+    def _choose_centroid_weight(self, data: "_FitData", history: History) -> None:
+        """``centroid_weight: auto``: the weight of the best validation P@1 (slide.centroids), with
+        the centroids of the points trained on; once per run, off without validation data. After
+        an ``epochs: auto`` search, on the validation logits of its best epoch (kept by _record;
+        those of the learning rate lr_search adopted), else on the network as it is."""
+        if self._centroid_weight is not None or self.config.layers[-1].centroid_weight != "auto":
+            return
+        if not self._centroid_pending(data):
+            self._centroid_weight = 0.0
+            return
+        if self._centroids is None:
+            self._build_centroids(data.fit)
+        t = time.perf_counter()
+        weight, p1 = _centroids.choose_weight(self, data.valid, self._centroids, self._best_pools)
+        self._train_seconds += time.perf_counter() - t
+        self._centroid_weight = weight
+        self._pool_best = False
+        history.centroid_search = p1
+        if not weight:
+            self._centroids = None
+        log.info("label-centroid weight %g chosen on validation (P@1 %.4f against %.4f without)", weight,
+                 p1[weight], p1[0.0])
+
     def _set_parameters(self, params: Dict[str, np.ndarray], rebuild_tables: bool = True) -> None:
         views = self._core.parameters()
         for k, v in params.items():
@@ -578,6 +648,11 @@ class Network(_EpochLoop):
         label's sigmoid for a sigmoid output layer (``activation: auto`` on a dense output
         layer); labels never scored are -1. ``candidates`` and ``prior`` apply to mode lsh
         only, ``probe`` to mode index only.
+
+        With the label-centroid term on (``layers[-1].centroid_weight``, see
+        :mod:`slide.centroids`), labels are ranked by ``logit + weight * cos(x, centroid)``: every
+        label on an output layer of up to 4,096 labels, else the union of the mode's top 100 and
+        the centroid term's top 100 per row; the scores are the sigmoid or the softmax of that sum.
         """
         self._require_built("predict")
         _check_mode(mode, "predict")
@@ -637,6 +712,9 @@ class Network(_EpochLoop):
             if prior is None:
                 prior = LSH_PRIOR
         extra = {"probe": int(probe)} if mode == "index" and probe is not None else {}
+        if self._centroid_weight and self._centroids is not None:
+            return _centroids.predict(self, arrays, int(k), mode, self._centroid_weight, self._centroids,
+                                      candidates=int(candidates or 0), prior=int(prior or 0), **extra)
         labels, scores = self._core.predict_topk(arrays.x_indptr, arrays.x_indices, arrays.x_values,
                                                  int(k), mode, candidates=int(candidates or 0),
                                                  prior=int(prior or 0), **extra)

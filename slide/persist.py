@@ -14,6 +14,7 @@ import zipfile
 from typing import Any, Dict, Optional, Union
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._io import atomic_write
 from ._util import jsonable, positive_int as _positive_int
@@ -47,6 +48,7 @@ def state_meta(net) -> Dict[str, Any]:
                      "evals_since_lr_change": net._evals_since_lr_change},
         "history": net.history.to_dict(),
         "next_rebuild": int(net._core.next_rebuild),
+        "centroid_weight": net._centroid_weight,
     }
 
 def restore_schedule(net, sched: Optional[Dict[str, Any]]) -> None:
@@ -68,6 +70,28 @@ def restore_schedule(net, sched: Optional[Dict[str, Any]]) -> None:
     net._refit_epochs = refit_epochs
     net._step_offset = int(sched["step_offset"])
     net._evals_since_lr_change = int(sched["evals_since_lr_change"])
+
+
+def restore_centroids(net, meta: Dict[str, Any], data: Dict[str, np.ndarray]) -> None:
+    """The label-centroid term (slide.centroids): its weight and, when above 0, its matrix."""
+    weight = meta.get("centroid_weight")
+    if weight is not None and (not isinstance(weight, (int, float)) or isinstance(weight, bool)
+                               or not 0 <= weight < float("inf")):
+        raise ValueError(f"centroid_weight must be a number >= 0 or null, got {weight!r}")
+    net._centroid_weight = None if weight is None else float(weight)
+    if not weight:
+        return
+    try:
+        values, indices, indptr = (data[f"centroids/{k}"] for k in ("data", "indices", "indptr"))
+    except KeyError:
+        raise ValueError(f"centroid_weight is {weight} but the centroids are missing") from None
+    nf, nl = int(net.num_features), int(net.num_labels)
+    if (indptr.ndim != 1 or len(indptr) != nf + 1 or len(indices) != len(values) or indptr[0] != 0
+            or indptr[-1] != len(values) or np.any(np.diff(indptr) < 0)
+            or (len(indices) and (indices.min() < 0 or indices.max() >= nl))
+            or not np.all(np.isfinite(values))):
+        raise ValueError(f"centroids: not a {nf} x {nl} sparse matrix")
+    net._centroids = sp.csr_matrix((values.astype(np.float32), indices, indptr), shape=(nf, nl))
 
 
 def table_arrays(net) -> Dict[str, np.ndarray]:
@@ -135,6 +159,9 @@ def _network_arrays(net, extra_meta: Optional[Dict[str, Any]] = None) -> Dict[st
         arrays["idf"] = net._idf
     if net._label_counts is not None:
         arrays["label_counts"] = net._label_counts
+    if net._centroids is not None and net._centroid_weight:
+        for name in ("data", "indices", "indptr"):
+            arrays[f"centroids/{name}"] = getattr(net._centroids, name)
     arrays.update(table_arrays(net))
     return arrays
 
@@ -401,6 +428,7 @@ def _restore(cls, path: str, meta: Dict[str, Any], data: Dict[str, np.ndarray], 
         net._best_params = best or None
         net._idf = data.get("idf")
         net._label_counts = data.get("label_counts")
+        restore_centroids(net, meta, data)
         h = meta.get("history") or {}
         net.history = History(h.get("records"))
         for key in ("best_epoch", "best_step", "best_score", "restored_best", "stopped_early",

@@ -18,7 +18,9 @@ def data():
 
 
 def auto(lr, factors, **training):
-    return Network({"layers": [{"size": 32}, {"size": None, "activation": "auto", "sampling": "auto"}],
+    # centroid_weight 0: the network alone (the centroid term would rescue a rate that barely learns)
+    return Network({"layers": [{"size": 32}, {"size": None, "activation": "auto", "sampling": "auto",
+                                                "centroid_weight": 0}],
                     "optimizer": {"lr": lr, "lr_search": factors},
                     "training": dict({"threads": 1, "seed": 3, "batch_size": 32, "dropout": 0.0}, **training)})
 

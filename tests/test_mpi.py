@@ -286,8 +286,9 @@ def test_ranks_that_disagree_get_a_clear_error(tmp_path):
         assert "2 MPI ranks disagree on the network specification: rank(s) 1 differ from rank 0" in msg
 
 
-def _config(tmp_path, epochs=6, minutes=0.0, data="delicious", hidden=256):
+def _config(tmp_path, epochs=6, minutes=0.0, data="delicious", hidden=256, centroid_weight="auto"):
     cfg = slide.Config()
+    cfg.layers[-1].centroid_weight = centroid_weight
     cfg.data.train = os.path.join(ROOT, "datasets", data, "train.txt")
     cfg.data.test = os.path.join(ROOT, "datasets", data, "test.txt")
     cfg.training.epochs = epochs
@@ -306,10 +307,12 @@ def _slide_cmd():
 @needs_mpi
 @pytest.mark.slow
 def test_cli_train_evaluate_predict_under_mpiexec(tmp_path):
-    cfg = _config(tmp_path, epochs=2)
+    cfg = _config(tmp_path, epochs=2, centroid_weight=2.0)
     run = str(tmp_path / "run")
     p = mpirun(2, _slide_cmd() + ["train", cfg, "--out", run], timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
+    # the label-centroid term runs in one process: off over ranks, saying so
+    assert "centroid_weight: the label-centroid term runs in one process only; it is off" in p.stderr
     assert p.stdout.count("final (test): P@1") == 1          # rank 0 prints the results once
     assert "(2 ranks)" in p.stdout
     summary = json.load(open(os.path.join(run, "summary.json")))

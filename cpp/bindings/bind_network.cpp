@@ -322,6 +322,28 @@ run from several Python threads at once.)doc")
           "as in training); prior P also scores the P labels with the largest bias. mode 'index': the "
           "members of the `probe` best clusters of the inference index (0 = auto), built on first use.")
       .def(
+          "label_logits",
+          [](const Network& net, const py::object& x_indptr, const py::object& x_indices, const py::object& x_values,
+             const py::object& cand_indptr, const py::object& cand) {
+            slide::CsrView x = csr(x_indptr, x_indices, &x_values, "x_indptr", "x_indices", "x_values");
+            net.check_batch(x, nullptr, nullptr, x.n);
+            int64_t np1 = 0, nc = 0;
+            const int64_t* cp = array_1d<int64_t>(cand_indptr, "cand_indptr", &np1);
+            const int32_t* ci = array_1d<int32_t>(cand, "cand", &nc);
+            if (np1 != x.n + 1) bad("cand_indptr", "expected " + std::to_string(x.n + 1) + " entries, got " + std::to_string(np1));
+            if (cp[x.n] != nc) bad("cand_indptr", "its last entry must equal len(cand)=" + std::to_string(nc));
+            py::array_t<float> z(nc);
+            float* zp = z.mutable_data();
+            {
+              py::gil_scoped_release release;
+              net.label_logits(x, cp, ci, zp);
+            }
+            return z;
+          },
+          py::arg("x_indptr"), py::arg("x_indices"), py::arg("x_values"), py::arg("cand_indptr"), py::arg("cand"),
+          "The output layer's logits (float32, one per entry of cand) of the labels cand[cand_indptr[i]:"
+          "cand_indptr[i+1]] of each row i of x: the pool a caller re-ranks.")
+      .def(
           "index_info", [](const Network& net) { return index_info_dict(net.index_info()); },
           "The inference index as it stands: {built, clusters, largest_cluster, rows, bytes, build_seconds}.")
       .def(

@@ -183,6 +183,12 @@ class Network {
   // the sparse input directly (no hidden layer to index against) or probe < 0.
   void predict_index(const CsrView& x, int k, int32_t* labels, float* scores, SoftmaxStats* stats = nullptr,
                      const IndexQuery& query = IndexQuery()) const;
+  // The output layer's logits (before softmax or sigmoid) of chosen labels: for row i of x,
+  // the labels cand[cand_indptr[i] .. cand_indptr[i+1]) (ids of this network's output
+  // neurons), written to out at the same positions. What a caller needs to re-rank a pool of
+  // labels with a score of its own (slide's label-centroid term). Throws InvalidArgument for
+  // a label outside [0, output_dim) or a decreasing cand_indptr.
+  void label_logits(const CsrView& x, const int64_t* cand_indptr, const int32_t* cand, float* out) const;
   // The index as it stands (built = false until predict_index or build_index builds it).
   IndexInfo index_info() const;
   // Builds the index now (if it is missing or stale), e.g. before serving queries.

@@ -12,6 +12,7 @@
 
 #include "engine_internal.hpp"
 #include "slide/network.hpp"
+#include "slide/bf16.hpp"
 #include "slide/sample_step.hpp"
 
 namespace slide {
@@ -532,6 +533,78 @@ void Network::predict_index(const CsrView& x, int k, int32_t* out_labels, float*
   if (shard_begin_ != 0)
     for (int64_t i = 0; i < x.n * k; ++i)
       if (out_labels[i] >= 0) out_labels[i] += static_cast<int32_t>(shard_begin_);
+}
+
+}  // namespace slide
+
+namespace slide {
+
+void Network::label_logits(const CsrView& x, const int64_t* cand_indptr, const int32_t* cand, float* out_z) const {
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  const Layer& out = layers_.back();
+  const int64_t N = out.out_dim;
+  if (cand_indptr[0] != 0) throw InvalidArgument("cand_indptr: must start at 0");
+  for (int64_t i = 0; i < x.n; ++i)
+    if (cand_indptr[i + 1] < cand_indptr[i])
+      throw InvalidArgument("cand_indptr: must not decrease (row " + std::to_string(i) + ")");
+  for (int64_t j = 0; j < cand_indptr[x.n]; ++j)
+    if (cand[j] < 0 || cand[j] >= N)
+      throw InvalidArgument("cand: label " + std::to_string(cand[j]) + " is outside [0, " + std::to_string(N) + ")");
+  const Kernels& kr = kernels();
+  const int nl = static_cast<int>(layers_.size());
+  const int64_t len = out.row_len;
+  const int nt = x.n > 1 && x.n * sample_work_ > kParallelWork ? static_cast<int>(std::min<int64_t>(threads_, x.n)) : 1;
+  struct Checkout {
+    PredictCache& pool;
+    std::vector<std::unique_ptr<SampleWorkspace>> wss;
+    ~Checkout() {
+      for (auto& ws : wss)
+        if (ws) pool.give(std::move(ws));
+    }
+  } checkout{*predict_cache_, {}};
+  for (int t = 0; t < nt; ++t) checkout.wss.push_back(predict_cache_->take(layers_));
+  InterruptPoller poller;
+  ExceptionCatcher catcher;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    SampleWorkspace& ws = *checkout.wss[omp_get_thread_num()];
+    std::vector<float> wide(out.bf16 ? static_cast<size_t>(len) : 0);
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t i = 0; i < x.n; ++i) {
+      if (catcher.failed() || poller.should_stop()) continue;
+      catcher.run([&] {
+        const int64_t c0 = cand_indptr[i], c1 = cand_indptr[i + 1];
+        if (out.sparse_input) {
+          // The output layer reads the input: its weight rows are per feature.
+          const SparseRow r = csr_row(x, i);
+          for (int64_t j = c0; j < c1; ++j) {
+            const int64_t label = cand[j];
+            float z = out.bias[label];
+            for (int64_t q = 0; q < r.nnz; ++q) {
+              const int64_t at = static_cast<int64_t>(r.indices[q]) * len + label;
+              z += r.values[q] * (out.bf16 ? bf16_to_float(out.weight16[at]) : out.weight[at]);
+            }
+            out_z[j] = z;
+          }
+          return;
+        }
+        Rng unused(0);  // no sampling and no dropout here
+        forward_hidden(layers_, ws, kr, csr_row(x, i), false, 0.0f, unused, nullptr);
+        const float* h = ws.out[nl - 2].data();
+        for (int64_t j = c0; j < c1; ++j) {
+          const int64_t label = cand[j];
+          const float* w = out.weight.data() + label * len;
+          if (out.bf16) {
+            kr.from_bf16(out.row16(label), wide.data(), len);
+            w = wide.data();
+          }
+          out_z[j] = kr.dot(w, h, len) + out.bias[label];
+        }
+      });
+    }
+  }
+  catcher.rethrow();
+  if (poller.stopped()) throw Interrupted();
 }
 
 }  // namespace slide

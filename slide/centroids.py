@@ -1,0 +1,228 @@
+"""The label-centroid term of the output layer (``layers[-1].centroid_weight``).
+
+Each label's *centroid* is the L2-normalised sum of the L2-normalised (scaled) input rows of the
+points it labels: a sparse label-by-feature matrix built in one pass over the training data, with
+no training. A row ``x`` then ranks label ``l`` by
+
+    z_l + w * cos(x, c_l)
+
+where ``z_l`` is the output layer's logit and ``w`` the centroid weight. The network sees the
+input only through its hidden layer; the centroid term scores it directly, like a nearest-centroid
+classifier, and the two add up: on a validation split of each of the 12 shared real sets, ``w``
+chosen on 80% of train raised held-out P@1 on 7 sets (Bibtex +0.013, corel5k +0.008) and left the
+others unchanged (the choice was 0), and on the amazon-670k synthetic shape it raised test P@1
+from 0.5151 to 0.5359 (``benchmarks/centroid_mix.py``).
+
+``centroid_weight: auto`` (the default) chooses ``w`` on validation data: the search of
+``epochs: auto`` ends by scoring its validation split with each weight of :data:`WEIGHTS` and
+keeps the one with the best P@1 (by at least one validation point over ``w = 0``, else 0: off).
+A count of epochs with validation data (``data.valid``, ``valid_fraction``) chooses at the end of
+training; without validation data the term stays off. A number sets ``w`` (0 = off).
+
+Which labels are scored: on an output layer of at most :data:`FULL_LABELS` labels, every label
+(exact). On a wider one, the union per row of the network's top :data:`POOL` labels (from the
+prediction mode asked for: exact, index or lsh) and the centroid term's top :data:`POOL`, each
+scored exactly (:meth:`slide._core.Network.label_logits`); a label in neither pool is not ranked.
+Scores are ``sigmoid(z + w cos)`` on a sigmoid output layer, else the softmax of ``z + w cos``
+over the scored labels.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Dict, Iterator, Optional, Tuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from .scaling import normalize_rows
+
+log = logging.getLogger("slide")
+
+# The weights centroid_weight: auto tries (besides 0, the network alone).
+WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+# Up to this many labels, every label is scored with the centroid term.
+FULL_LABELS = 4096
+# A wider output layer re-ranks, per row, the network's and the centroid term's top POOL labels,
+# and keeps only the MAX_FEATURES largest entries of each centroid: frequent features are in the
+# centroids of most labels, so that a row's full scores touch a third of 670,091 labels
+# (benchmarks/centroid_mix.py: pruned to 32, 3,900 a row; validation P@1 within 0.001 of 64).
+POOL = 100
+MAX_FEATURES = 32
+# The label-by-feature product is built this many stored products at a time (bounds the memory
+# of the sparse product on wide data).
+_BUILD_BLOCK = 1 << 24
+
+
+def _keep_largest(C: sp.csr_matrix, m: int) -> sp.csr_matrix:
+    """Each row's m largest entries (all of a row with at most m)."""
+    counts = np.diff(C.indptr)
+    if counts.max(initial=0) <= m:
+        return C
+    keep = np.ones(C.nnz, dtype=bool)
+    for r in np.flatnonzero(counts > m):
+        lo, hi = C.indptr[r], C.indptr[r + 1]
+        keep[lo:hi] = False
+        keep[lo + np.argpartition(C.data[lo:hi], hi - lo - m)[hi - lo - m:]] = True
+    rows = np.repeat(np.arange(C.shape[0]), counts)[keep]
+    return sp.csr_matrix((C.data[keep], C.indices[keep], np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=C.shape[0]))])),
+                         shape=C.shape)
+
+
+def build(x_indptr: np.ndarray, x_indices: np.ndarray, x_values: np.ndarray, y_indptr: np.ndarray,
+          y_indices: np.ndarray, num_features: int, num_labels: int,
+          max_features: Optional[int] = None) -> sp.csr_matrix:
+    """The centroids of the training arrays (scaled features, labels) as a feature-by-label CSR
+    matrix (float32): column ``l`` is label ``l``'s centroid, zero for a label without points.
+    ``max_features``: keep each centroid's largest entries only (then scaled to length 1)."""
+    n = len(x_indptr) - 1
+    X = normalize_rows(sp.csr_matrix((x_values, x_indices, x_indptr), shape=(n, num_features)), "l2")
+    Y = sp.csr_matrix((np.ones(len(y_indices), dtype=np.float32), y_indices, y_indptr), shape=(n, num_labels))
+    YT = Y.T.tocsr()
+    # Stored products of each label's block (its points' non-zero features) stay near _BUILD_BLOCK.
+    cum = np.cumsum(YT @ np.diff(X.indptr).astype(np.float64))
+    blocks, start = [], 0
+    while start < num_labels:
+        done = cum[start - 1] if start else 0.0
+        end = min(num_labels, max(start + 1, int(np.searchsorted(cum, done + _BUILD_BLOCK, side="right"))))
+        block = normalize_rows((YT[start:end] @ X).tocsr().astype(np.float32), "l2")
+        if max_features:
+            block = normalize_rows(_keep_largest(block, int(max_features)), "l2")
+        blocks.append(block)
+        start = end
+    C = sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((num_labels, num_features), dtype=np.float32)
+    CT = C.T.tocsr()
+    CT.sort_indices()
+    return CT
+
+
+def _query_scores(CT: sp.csr_matrix, x_indptr, x_indices, x_values) -> sp.csr_matrix:
+    """cos(x, c_l) of each row and label with a non-zero score (rows x labels CSR)."""
+    n = len(x_indptr) - 1
+    X = normalize_rows(sp.csr_matrix((x_values, x_indices, x_indptr - x_indptr[0]), shape=(n, CT.shape[0])), "l2")
+    S = (X @ CT).tocsr()
+    S.sort_indices()
+    return S
+
+
+def _chunks(arrays, rows_per_chunk: int) -> Iterator[Tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]:
+    n = len(arrays.x_indptr) - 1
+    for s in range(0, n, rows_per_chunk):
+        e = min(n, s + rows_per_chunk)
+        a, b = arrays.x_indptr[s], arrays.x_indptr[e]
+        yield s, e, np.ascontiguousarray(arrays.x_indptr[s:e + 1] - a), arrays.x_indices[a:b], arrays.x_values[a:b]
+
+
+def _row_top(rows: np.ndarray, keys: np.ndarray, scores: np.ndarray, m: int, k: int) -> np.ndarray:
+    """Positions of each row's k best entries (higher score first, ties to the lower key), in
+    row order: entries are grouped by ``rows`` (ascending) already."""
+    order = np.lexsort((keys, -scores, rows))
+    starts = np.searchsorted(rows[order], np.arange(m))
+    rank = np.arange(len(order)) - starts[rows[order]]
+    return order[rank < k], rank[rank < k]
+
+
+def pools(net, arrays, CT: sp.csr_matrix, mode: str = "exact", k: int = 1,
+          **query) -> Iterator[Tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per chunk of rows: ``(start, end, cand_indptr, cand, z, s)``: the labels scored for each
+    row (sorted ids), their logits and their centroid scores."""
+    core, L = net._core, int(net.num_labels)
+    full = L <= FULL_LABELS
+    rows_per_chunk = max(1, min(4096, (1 << 22) // L)) if full else 1024
+    pool = min(L, max(int(k), POOL))
+    for s, e, ip, ix, xv in _chunks(arrays, rows_per_chunk):
+        m = e - s
+        S = _query_scores(CT, ip, ix, xv)
+        if full:
+            cand = np.tile(np.arange(L, dtype=np.int32), m)
+            cand_indptr = np.arange(m + 1, dtype=np.int64) * L
+            z = core.label_logits(ip, ix, xv, cand_indptr, cand)
+            yield s, e, cand_indptr, cand, z, S.toarray().reshape(-1).astype(np.float32)
+            continue
+        top, _ = core.predict_topk(ip, ix, xv, pool, mode, **query)
+        s_rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(S.indptr))
+        s_keys = s_rows * L + S.indices          # ascending: rows in order, sorted ids in a row
+        picked = []   # each row's top pool of the centroid term (any order)
+        for i in range(m):
+            lo, hi = S.indptr[i], S.indptr[i + 1]
+            picked.append(np.arange(lo, hi) if hi - lo <= pool else lo + np.argpartition(S.data[lo:hi], hi - lo - pool)[hi - lo - pool:])
+        picked = np.concatenate(picked) if picked else np.zeros(0, dtype=np.int64)
+        t_rows = np.repeat(np.arange(m, dtype=np.int64), top.shape[1])
+        t_lab = top.reshape(-1).astype(np.int64)
+        keys = np.unique(np.concatenate([s_keys[picked], (t_rows * L + t_lab)[t_lab >= 0]]))
+        rows = keys // L
+        cand = (keys - rows * L).astype(np.int32)
+        cand_indptr = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=m), out=cand_indptr[1:])
+        z = core.label_logits(ip, ix, xv, cand_indptr, cand)
+        pos = np.minimum(np.searchsorted(s_keys, keys), max(0, len(s_keys) - 1))
+        hit = (pos < len(s_keys)) & (s_keys[pos] == keys) if len(s_keys) else np.zeros(len(keys), bool)
+        sv = np.where(hit, S.data[pos] if len(s_keys) else 0.0, 0.0).astype(np.float32)
+        yield s, e, cand_indptr, cand, z, sv
+
+
+def predict(net, arrays, k: int, mode: str, weight: float, CT: sp.csr_matrix,
+            **query) -> Tuple[np.ndarray, np.ndarray]:
+    """Top-k labels and scores of ``z + weight * cos`` (see the module doc)."""
+    n = len(arrays.x_indptr) - 1
+    sigmoid = net.config.layers[-1].activation == "sigmoid"
+    labels = np.full((n, k), -1, dtype=np.int32)
+    scores = np.zeros((n, k), dtype=np.float32)
+    L = int(net.num_labels)
+    for s, e, cip, cand, z, sv in pools(net, arrays, CT, mode, k, **query):
+        m = e - s
+        mixed = z.astype(np.float64) + weight * sv
+        if L <= FULL_LABELS:   # every row scores all labels, in label order
+            M = mixed.reshape(m, L)
+            order = np.argsort(-M, axis=1, kind="stable")[:, :k]   # stable: ties to the lower id
+            top = np.take_along_axis(M, order, axis=1)
+            labels[s:e] = order
+            if sigmoid:
+                scores[s:e] = 1.0 / (1.0 + np.exp(-top))
+            else:
+                mx = M.max(axis=1, keepdims=True)
+                scores[s:e] = np.exp(top - mx) / np.exp(M - mx).sum(axis=1, keepdims=True)
+            continue
+        rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(cip))
+        best, rank = _row_top(rows, cand, mixed, m, k)
+        labels[s + rows[best], rank] = cand[best]
+        if sigmoid:
+            scores[s + rows[best], rank] = 1.0 / (1.0 + np.exp(-mixed[best]))
+            continue
+        mx = np.full(m, -np.inf)
+        np.maximum.at(mx, rows, mixed)
+        total = np.zeros(m)
+        np.add.at(total, rows, np.exp(mixed - mx[rows]))
+        scores[s + rows[best], rank] = np.exp(mixed[best] - mx[rows[best]]) / total[rows[best]]
+    return labels, scores
+
+
+def choose_weight(net, valid, CT: sp.csr_matrix, scored: Optional[list] = None,
+                  weights=WEIGHTS) -> Tuple[float, Dict[float, float]]:
+    """The weight of the best validation P@1 among 0 and ``weights`` (exact mode), and the P@1
+    of each. A weight must beat 0 by at least one validation point; ties go to the smaller.
+    ``scored``: the :func:`pools` of ``valid`` computed earlier (e.g. at the best epoch)."""
+    ws = [0.0] + [float(w) for w in weights if w > 0]
+    hits = np.zeros(len(ws))
+    Yv = sp.csr_matrix((np.ones(len(valid.y_indices), dtype=np.float32), valid.y_indices, valid.y_indptr),
+                       shape=(valid.n, int(net.num_labels)))
+    L = int(net.num_labels)
+    for s, e, cip, cand, z, sv in (scored if scored is not None else pools(net, valid, CT, "exact", 1)):
+        Ys = Yv[s:e]
+        if L <= FULL_LABELS:   # every row scores all labels, in label order
+            Z, S = z.reshape(e - s, L).astype(np.float64), sv.reshape(e - s, L)
+            for j, w in enumerate(ws):
+                top = np.argmax(Z + w * S, axis=1)   # the first maximum: ties to the lower id
+                hits[j] += float(np.asarray(Ys[np.arange(e - s), top]).sum())
+            continue
+        m = e - s
+        rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(cip))
+        truth = np.repeat(np.arange(m, dtype=np.int64), np.diff(Ys.indptr)) * L + Ys.indices
+        for j, w in enumerate(ws):
+            best, _ = _row_top(rows, cand, z.astype(np.float64) + w * sv, m, 1)
+            hits[j] += float(np.isin(rows[best] * L + cand[best], truth).sum())
+    p1 = {w: float(h / max(1, valid.n)) for w, h in zip(ws, hits)}
+    best = 0
+    for j in range(1, len(ws)):
+        if hits[j] >= hits[best] + (1 if best == 0 else 1e-9):
+            best = j
+    return ws[best], p1
