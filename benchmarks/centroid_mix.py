@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     rows = []
     for mode in ("exact", "index"):
         for w in (0.0, weight):
-            net._centroid_weight = w
+            net.centroid_weight = w
             t = time.perf_counter()
             m = net.evaluate(test, mode=mode)
             rows.append({"mode": mode, "weight": w, "seconds": time.perf_counter() - t,

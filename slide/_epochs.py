@@ -172,10 +172,10 @@ class _EpochLoop:
             main = m if name == "test" or main is None else main
         if main is not None:
             rec.update(main)
-        if valid is not None and self._track_best(rec["valid/P@1"], epoch, history) and self._pool_best:
-            # centroid_weight auto before a refit: the best network's validation logits, on which
-            # the weight is chosen when the search ends (its weights are not kept)
-            self._best_pools = list(_centroids.pools(self, valid, self._centroids))
+        if valid is not None and self._track_best(rec["valid/P@1"], epoch, history) and self._choose_at_best:
+            # centroid_weight auto: the weight the best network's validation logits choose, taken
+            # when the search ends (before a refit that network's weights are not kept)
+            self._best_choice = _centroids.choose_weight(self, valid, self._centroids)
         history.records.append(rec)
         _call(cbs, "on_evaluate", self, rec)
 

@@ -86,7 +86,7 @@ def maybe_search(net, split, data) -> List[Dict[str, Any]]:
             d["training"]["refit"] = False
             d["training"]["restore_best"] = False
             child = Network(d)   # the same seed, rows and rules: at factor 1 it repeats net's search
-            child._keep_pools, child._centroids = True, net._centroids   # slide.centroids: see below
+            child._keep_choice, child._centroids = True, net._centroids   # slide.centroids: see below
             child.fit((split.X, split.Y), valid=(split.Xv, split.Yv), epochs="auto")
             score = child._best_score if child._best_score is not None else -1.0
             tried.append({"lr": base_lr * f, "best_valid_P@1": child._best_score, "best_epoch": child._best_epoch})
@@ -95,7 +95,7 @@ def maybe_search(net, split, data) -> List[Dict[str, Any]]:
             lead = best[1] if best is not None else (net._best_score or 0.0)
             if score >= lead + margin - 1e-12:
                 best = (base_lr * f, score, child._best_epoch, child._best_step, list(child._lr_trace),
-                        child._best_pools)
+                        child._best_choice)
             net._train_seconds += child._train_seconds
             del child
     except KeyboardInterrupt:
@@ -105,8 +105,8 @@ def maybe_search(net, split, data) -> List[Dict[str, Any]]:
     if best is not None:
         cfg.optimizer.lr = best[0]
         net._best_score, net._best_epoch, net._best_step, net._lr_trace = best[1], best[2], best[3], best[4]
-        if best[5] is not None:   # the validation logits of its best epoch (slide.centroids)
-            net._best_pools = best[5]
+        if best[5] is not None:   # the label-centroid weight its best epoch chose (slide.centroids)
+            net._best_choice = best[5]
         log.info("epochs=auto: lr %.3g chosen on validation (P@1 %.4f against %.4f at lr %.3g)",
                  cfg.optimizer.lr, best[1], tried[0]["best_valid_P@1"] or float("nan"), base_lr)
     return tried

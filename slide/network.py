@@ -155,9 +155,10 @@ class Network(_EpochLoop):
         # 0: off) and the feature-by-label centroid matrix while the weight is above 0.
         self._centroid_weight: Optional[float] = None
         self._centroids: Optional[sp.csr_matrix] = None
-        self._pool_best = False       # fit decides: keep the best network's validation pools
-        self._best_pools: Optional[list] = None
-        self._keep_pools = False      # an lr_search child: keeps its pools for the parent to choose on
+        self._choose_at_best = False   # fit decides: choose the centroid weight at each new best
+        # centroid_weight auto: (weight, validation P@1 by weight) at the search's best epoch
+        self._best_choice: Optional[Tuple[float, Dict[float, float]]] = None
+        self._keep_choice = False     # an lr_search child: leaves its choice to the parent
         self._label_counts: Optional[np.ndarray] = None
         self._num_train_points = 0
         self._train_seconds = 0.0
@@ -219,6 +220,23 @@ class Network(_EpochLoop):
     def _agreed(self, flag: bool) -> bool:
         """Rank 0's ``flag`` on every rank (decisions from wall time must be the same everywhere)."""
         return bool(self._comm.bcast(bool(flag), root=0)) if self._comm is not None else bool(flag)
+
+    @property
+    def centroid_weight(self) -> float:
+        """The weight of the label-centroid term in predictions (0 = off; slide.centroids).
+        Settable: e.g. 0 to serve the network alone, or another weight for a network that has
+        the centroids (trained with the term on); fit does not change a weight set here."""
+        return float(self._centroid_weight or 0.0)
+
+    @centroid_weight.setter
+    def centroid_weight(self, weight: float) -> None:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float, np.floating, np.integer)) \
+                or not 0 <= float(weight) < float("inf"):
+            raise ValueError(f"centroid_weight: expected a number >= 0, got {weight!r}")
+        if weight > 0 and self._centroids is None:
+            raise ValueError("centroid_weight: this network has no label centroids (it was trained with the "
+                             "term off); train it with layers[-1].centroid_weight set to a number or auto")
+        self._centroid_weight = float(weight)
 
     @property
     def label_counts(self) -> Optional[np.ndarray]:
@@ -438,12 +456,12 @@ class Network(_EpochLoop):
         refit = auto and tr.refit and split.held_out_of_train
         # a copy of the best weights (and Adam state) is kept only when it will be put back
         self._snapshot_best = tr.restore_best and not refit
-        # centroid_weight auto: chosen on the validation logits of the search's best epoch, kept
-        # at each new best (the centroids of the points searched on, built now), as the refit
-        # or restore_best will have that network
-        self._pool_best = bool(self._phase == "search" and (refit or tr.restore_best or self._keep_pools)
-                               and self._centroid_pending(data))
-        if self._pool_best and self._centroids is None:
+        # centroid_weight auto: chosen on the validation logits of the search's best epoch, at
+        # each new best (the centroids of the points searched on, built now), as the refit or
+        # restore_best will have that network
+        self._choose_at_best = bool(self._phase == "search" and (refit or tr.restore_best or self._keep_choice)
+                                    and self._centroid_pending(data))
+        if self._choose_at_best and self._centroids is None:
             self._build_centroids(data.fit)
         # epochs=auto: how long the search runs is not known in advance (no total on the bar)
         self._progress_total_samples = (self._remaining_samples(data.fit, epochs) if not auto
@@ -477,11 +495,9 @@ class Network(_EpochLoop):
         history.refit_epochs = self._refit_epochs
         if not interrupted and (not auto or not refit):
             self._restore_best(history)
-            if (not auto or self._phase == "done") and not self._keep_pools:
+            if (not auto or self._phase == "done") and not self._keep_choice:
                 self._choose_centroid_weight(data, history)
         history.centroid_weight = self._centroid_weight or 0.0
-        if self._centroid_weight is not None:
-            self._best_pools = None
         _call(cbs, "on_train_end", self, history)
         if interrupted:
             raise KeyboardInterrupt
@@ -585,10 +601,11 @@ class Network(_EpochLoop):
         if self._centroids is None:
             self._build_centroids(data.fit)
         t = time.perf_counter()
-        weight, p1 = _centroids.choose_weight(self, data.valid, self._centroids, self._best_pools)
+        weight, p1 = self._best_choice or _centroids.choose_weight(self, data.valid, self._centroids)
         self._train_seconds += time.perf_counter() - t
         self._centroid_weight = weight
-        self._pool_best = False
+        self._choose_at_best = False
+        self._best_choice = None
         history.centroid_search = p1
         if not weight:
             self._centroids = None

@@ -4,7 +4,9 @@
 ``.npz`` archive written atomically: ``meta`` (JSON: format version, configuration, position in
 the run, best-validation bookkeeping, the ``epochs: auto`` schedule, history), ``param/<name>``
 (weights and Adam moments), ``best/<name>`` (the best-validation snapshot), ``idf``,
-``label_counts`` and ``tables/<layer>/<name>`` (LSH tables as built at the last rebuild).
+``label_counts``, ``tables/<layer>/<name>`` (LSH tables as built at the last rebuild) and, when
+the label-centroid term is on (``meta["centroid_weight"]`` above 0), ``centroids/data``,
+``centroids/indices`` and ``centroids/indptr`` (its feature-by-label CSR matrix, slide.centroids).
 """
 from __future__ import annotations
 

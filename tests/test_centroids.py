@@ -89,6 +89,8 @@ def test_an_explicit_weight_ranks_by_logit_plus_weighted_cosine(activation):
     want, M = _mixed_reference(net, X[:50], CT, 3.0, 5)
     labels, scores = net.predict(X[:50], k=5)
     np.testing.assert_array_equal(labels, want)
+    # one row at a time (the scores gathered without a sparse product): the same ranking
+    np.testing.assert_array_equal(np.vstack([net.predict(X[i], k=5)[0] for i in range(6)]), want[:6])
     top = np.take_along_axis(M, want, axis=1)
     if activation == "sigmoid":
         np.testing.assert_allclose(scores, 1 / (1 + np.exp(-top)), rtol=1e-4)
@@ -251,3 +253,48 @@ def test_label_logits_are_the_logits_prediction_ranks_by(layers):
     with pytest.raises(ValueError, match=r"cand: label 40 is outside \[0, 40\)"):
         net._core.label_logits(q.x_indptr[:2], q.x_indices, q.x_values, np.array([0, 1], np.int64),
                                np.array([L], np.int32))
+
+
+def test_scores_of_a_few_rows_gathered_equal_the_sparse_product():
+    X, Y = _problem(seed=9)
+    CT = centroids.build(np.asarray(X.indptr, np.int64), X.indices.astype(np.int32), X.data,
+                         np.asarray(Y.indptr, np.int64), Y.indices.astype(np.int32), X.shape[1], Y.shape[1])
+    Q = X[:12].tolil()
+    Q[3, :] = 0            # an empty row
+    Q = Q.tocsr()
+    ip, ix, xv = np.asarray(Q.indptr, np.int64), Q.indices.astype(np.int32), Q.data.astype(np.float32)
+    big = centroids._query_scores(CT, ip, ix, xv)           # the sparse product (forced below)
+    assert isinstance(big, centroids._Scores)
+    orig = centroids._GATHER_ROWS
+    try:
+        centroids._GATHER_ROWS = 0
+        ref = centroids._query_scores(CT, ip, ix, xv)
+    finally:
+        centroids._GATHER_ROWS = orig
+    np.testing.assert_array_equal(big.indptr, ref.indptr)
+    np.testing.assert_array_equal(big.indices, ref.indices)
+    np.testing.assert_allclose(big.data, ref.data, rtol=1e-5)
+    assert big.indptr[4] == big.indptr[3]
+
+
+def test_the_weight_can_be_set_for_serving():
+    X, Y = _problem(seed=10)
+    net = slide.Network({"layers": [{"size": 16}, {"size": None, "activation": "auto", "centroid_weight": 4.0}]},
+                        epochs=1, threads=1)
+    net.fit((X, Y))
+    assert net.centroid_weight == 4.0
+    mixed, _ = net.predict(X[:20], k=3)
+    net.centroid_weight = 0
+    alone, _ = net.predict(X[:20], k=3)
+    q = net._query_arrays(X[:20].tocsr())
+    np.testing.assert_array_equal(alone, net._core.predict_topk(q.x_indptr, q.x_indices, q.x_values, 3)[0])
+    net.centroid_weight = 4
+    np.testing.assert_array_equal(net.predict(X[:20], k=3)[0], mixed)
+    for bad in (-1, float("nan"), "2", True):
+        with pytest.raises(ValueError, match="centroid_weight: expected a number >= 0"):
+            net.centroid_weight = bad
+    off = slide.Network({"layers": [{"size": 16}, {"size": None, "activation": "auto", "centroid_weight": 0}]},
+                        epochs=1, threads=1)
+    off.fit((X, Y))
+    with pytest.raises(ValueError, match="this network has no label centroids"):
+        off.centroid_weight = 2.0
