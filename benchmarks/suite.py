@@ -98,6 +98,7 @@ def worker(system: str, name: str, threads: int) -> dict:
     row.update(_scores(top, test, props))
     if system == "slide":
         row["epochs"] = {"best": result.best_epoch, "refit": result.refit_epochs}
+        row["centroid_weight"] = model.centroid_weight
     row["peak_rss_bytes"] = _peak_rss()
     return row
 
