@@ -35,7 +35,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 # Overrides of datasets/synth-<shape>.yaml, by name: dotted config keys.
 VARIANTS: Dict[str, Dict[str, Any]] = {
-    "softmax-centroid": {},
+    "config": {},                                          # the config as it is now
+    "config-cw0": {"layers.-1.centroid_weight": 0.0},      # ... without the label-centroid term
+    "softmax-centroid": {},                                # (the config when it was softmax)
     "softmax-random": {"layers.-1.init": "glorot"},
     "sigmoid-centroid": {"layers.-1.activation": "sigmoid"},
     "sigmoid-random": {"layers.-1.activation": "sigmoid", "layers.-1.init": "glorot"},

@@ -78,7 +78,9 @@ def estimate(config: Config, num_features: int, num_labels: int,
 
     Returns a dict with ``weights`` (weights and biases: float32, or bfloat16 weights on layers
     with ``precision: bf16``), ``adam`` (two moments per weight, stored like the weights), ``gradients`` (shared gradient buffers of dense layers wider than 4096), ``hash_tables`` (an upper bound for the LSH layers' tables), ``batch`` (per-sample
-    activations, gradients and active-set ids for one batch) and ``total``. ``sampling`` is the resolved
+    activations, gradients and active-set ids for one batch), ``centroids`` (an upper bound for the
+    label-centroid term of an output layer wider than slide.centroids.FULL_LABELS; 0 when
+    ``centroid_weight`` is 0) and ``total``. ``sampling`` is the resolved
     per-layer choice (``"dense"``/``"lsh"``); by default a layer counts as LSH when configured
     ``lsh``, and ``auto`` counts as LSH (the larger of the two for the hash tables).
     """
@@ -115,7 +117,16 @@ def estimate(config: Config, num_features: int, num_labels: int,
                 gradients += (fan_in if i == 0 else size) * _I32  # per-row entry offsets
         fan_in = size
     batch = batch_per_sample * int(config.training.batch_size)
-    out = {"weights": weights, "adam": adam, "gradients": gradients, "hash_tables": tables, "batch": batch}
+    # The label-centroid term (slide.centroids) on a wide output layer: at most MAX_FEATURES
+    # entries a label (value and column) and a row pointer a feature. Narrower layers keep every
+    # entry, bounded by the training data (a label's points' distinct features), not counted.
+    from . import centroids as _centroids
+
+    centroid_bytes = 0
+    if config.layers[-1].centroid_weight != 0.0 and sizes[-1] > _centroids.FULL_LABELS:
+        centroid_bytes = sizes[-1] * _centroids.MAX_FEATURES * (_F32 + _I32) + (int(num_features) + 1) * 8
+    out = {"weights": weights, "adam": adam, "gradients": gradients, "hash_tables": tables, "batch": batch,
+           "centroids": centroid_bytes}
     out["total"] = sum(out.values())
     return out
 

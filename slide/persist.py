@@ -51,6 +51,9 @@ def state_meta(net) -> Dict[str, Any]:
         "history": net.history.to_dict(),
         "next_rebuild": int(net._core.next_rebuild),
         "centroid_weight": net._centroid_weight,
+        # centroid_weight auto during a search: the choice of its best epoch so far
+        "centroid_choice": (None if net._best_choice is None else
+                            [net._best_choice[0], [[w, p] for w, p in net._best_choice[1].items()]]),
     }
 
 def restore_schedule(net, sched: Optional[Dict[str, Any]]) -> None:
@@ -81,6 +84,13 @@ def restore_centroids(net, meta: Dict[str, Any], data: Dict[str, np.ndarray]) ->
                                or not 0 <= weight < float("inf")):
         raise ValueError(f"centroid_weight must be a number >= 0 or null, got {weight!r}")
     net._centroid_weight = None if weight is None else float(weight)
+    choice = meta.get("centroid_choice")
+    if choice is not None:
+        try:
+            w, table = choice
+            net._best_choice = (float(w), {float(k): float(p) for k, p in table})
+        except (TypeError, ValueError):
+            raise ValueError(f"centroid_choice must be [weight, [[weight, P@1], ...]], got {choice!r}") from None
     if not weight:
         return
     try:

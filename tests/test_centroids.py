@@ -298,3 +298,46 @@ def test_the_weight_can_be_set_for_serving():
     off.fit((X, Y))
     with pytest.raises(ValueError, match="this network has no label centroids"):
         off.centroid_weight = 2.0
+
+
+def test_the_memory_estimate_bounds_the_centroids_of_a_wide_layer():
+    import os
+
+    cfg = Config.from_yaml(os.path.join(os.path.dirname(__file__), "..", "datasets", "synth-amazon-670k.yaml"))
+    assert cfg.layers[-1].centroid_weight == 16.0
+    est = slide.memory.estimate(cfg, 135_909, 670_091)
+    assert est["centroids"] == 670_091 * centroids.MAX_FEATURES * 8 + 135_910 * 8   # 172 MB
+    cfg.layers[-1].centroid_weight = 0.0
+    assert slide.memory.estimate(cfg, 135_909, 670_091)["centroids"] == 0
+    # a wide network's centroids stay within the bound
+    X, Y = _problem(n=400, d=300, L=5000, seed=11)
+    net = slide.Network({"layers": [{"size": 8}, {"size": None, "activation": "auto", "sampling": "dense",
+                                                  "centroid_weight": 1.0}]}, epochs=1, threads=1)
+    net.fit((X, Y))
+    CT = net._centroids
+    assert np.diff(CT.T.tocsr().indptr).max() <= centroids.MAX_FEATURES
+    est = slide.memory.estimate(net.config, 300, 5000)
+    assert CT.data.nbytes + CT.indices.nbytes + CT.indptr.nbytes <= est["centroids"]
+
+
+def test_an_interrupted_auto_search_resumes_to_the_same_choice(tmp_path):
+    """The choice of the search's best epoch so far is part of a checkpoint: a search stopped
+    after its best epoch and resumed chooses as the uninterrupted one."""
+    from slide import callbacks
+
+    X, Y = _problem(seed=12)
+    make = lambda: slide.Network({"layers": [{"size": 16}, {"size": None, "activation": "auto"}],  # noqa: E731
+                                  "optimizer": {"lr_search": []}},
+                                 threads=1, batch_size=32, max_epochs=12, patience=3)
+    full = make()
+    h = full.fit((X, Y))
+    best_step = h.best_step
+    part = make()
+    part.fit((X, Y), callbacks=[callbacks.StopAfter(best_step + 3)])
+    assert part._best_choice is not None and part._phase == "search"
+    part.save(tmp_path / "part.npz")
+    resumed = slide.Network.load(tmp_path / "part.npz")
+    assert resumed._best_choice == part._best_choice
+    h2 = resumed.fit((X, Y))
+    assert (h2.centroid_weight, h2.centroid_search) == (h.centroid_weight, h.centroid_search)
+    np.testing.assert_array_equal(resumed.predict(X[:40], k=3)[0], full.predict(X[:40], k=3)[0])
