@@ -412,6 +412,11 @@ class Network(_EpochLoop):
         evaluation are put back at the end; ``history.best_epoch`` says which). ``test`` is
         only reported, never used to choose anything.
 
+        The label-centroid term (``layers[-1].centroid_weight``, :mod:`slide.centroids`):
+        ``auto`` chooses its weight on the validation data, at the search's best epoch with
+        ``"auto"`` and at the end of training with a count (``history.centroid_weight``,
+        ``history.centroid_search``); off without validation data. A number is used as it is.
+
         Ctrl-C (KeyboardInterrupt) stops training within a batch: the network stays usable and
         resumable (the interrupted batch, possibly partly applied, counts as not done; the best
         weights are not restored, so that :meth:`save` continues the interrupted run), callbacks

@@ -35,6 +35,22 @@ inline void heap_offer(std::vector<Scored>& heap, size_t k, Scored c) {
   }
 }
 
+// Workspaces of one prediction call, from the pool (several threads may predict at once);
+// returned when the call ends, also by an exception.
+struct WorkspaceCheckout {
+  PredictCache& pool;
+  std::vector<std::unique_ptr<SampleWorkspace>> wss;
+  WorkspaceCheckout(PredictCache& cache, const std::vector<Layer>& layers, int n) : pool(cache) {
+    for (int t = 0; t < n; ++t) wss.push_back(pool.take(layers));
+  }
+  WorkspaceCheckout(const WorkspaceCheckout&) = delete;
+  WorkspaceCheckout& operator=(const WorkspaceCheckout&) = delete;
+  ~WorkspaceCheckout() {
+    for (auto& ws : wss)
+      if (ws) pool.give(std::move(ws));
+  }
+};
+
 // The score of logit z under an output layer trained with per-label binary cross-entropy
 // (softmax layers report exp(z - max) / sum, computed where the normaliser is known).
 inline float sigmoid_score(float z) { return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(z)))); }
@@ -273,18 +289,8 @@ void Network::predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* ou
   if (sel.max_active > 0) sel.max_active += n_prior;
   // One sample runs on the calling thread: waking a team costs more than the query.
   const int nt = x.n > 1 && x.n * sample_work_ > kParallelWork ? static_cast<int>(std::min<int64_t>(threads_, x.n)) : 1;
-  // Workspaces of this call, from the pool (several threads may predict at once); returned
-  // when the call ends, also by an exception.
-  struct Checkout {
-    PredictCache& pool;
-    std::vector<std::unique_ptr<SampleWorkspace>> wss;
-    ~Checkout() {
-      for (auto& ws : wss)
-        if (ws) pool.give(std::move(ws));
-    }
-  } checkout{*predict_cache_, {}};
+  WorkspaceCheckout checkout(*predict_cache_, layers_, nt);
   std::vector<std::unique_ptr<SampleWorkspace>>& wss = checkout.wss;
-  for (int t = 0; t < nt; ++t) wss.push_back(predict_cache_->take(layers_));
   const int nl = static_cast<int>(layers_.size());
   {
     InterruptPoller poller;
@@ -554,15 +560,7 @@ void Network::label_logits(const CsrView& x, const int64_t* cand_indptr, const i
   const int nl = static_cast<int>(layers_.size());
   const int64_t len = out.row_len;
   const int nt = x.n > 1 && x.n * sample_work_ > kParallelWork ? static_cast<int>(std::min<int64_t>(threads_, x.n)) : 1;
-  struct Checkout {
-    PredictCache& pool;
-    std::vector<std::unique_ptr<SampleWorkspace>> wss;
-    ~Checkout() {
-      for (auto& ws : wss)
-        if (ws) pool.give(std::move(ws));
-    }
-  } checkout{*predict_cache_, {}};
-  for (int t = 0; t < nt; ++t) checkout.wss.push_back(predict_cache_->take(layers_));
+  WorkspaceCheckout checkout(*predict_cache_, layers_, nt);
   InterruptPoller poller;
   ExceptionCatcher catcher;
 #pragma omp parallel num_threads(nt) if (nt > 1)
