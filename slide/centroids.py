@@ -166,9 +166,11 @@ def pools(net, arrays, CT: sp.csr_matrix, mode: str = "exact", k: int = 1,
         m = e - s
         S = _query_scores(CT, ip, ix, xv)
         if full:
-            cand = np.tile(np.arange(L, dtype=np.int32), m)
-            cand_indptr = np.arange(m + 1, dtype=np.int64) * L
-            z = core.label_logits(ip, ix, xv, cand_indptr, cand)
+            z = core.all_logits(ip, ix, xv)   # the batched dense path, where the network has it
+            if z is None:
+                z = core.label_logits(ip, ix, xv, np.arange(m + 1, dtype=np.int64) * L,
+                                      np.tile(np.arange(L, dtype=np.int32), m))
+            z = z.reshape(-1)
             if isinstance(S, _Scores):
                 dense = np.zeros((m, L), dtype=np.float32)
                 dense[np.repeat(np.arange(m), np.diff(S.indptr)), S.indices] = S.data

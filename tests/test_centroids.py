@@ -341,3 +341,21 @@ def test_an_interrupted_auto_search_resumes_to_the_same_choice(tmp_path):
     h2 = resumed.fit((X, Y))
     assert (h2.centroid_weight, h2.centroid_search) == (h.centroid_weight, h.centroid_search)
     np.testing.assert_array_equal(resumed.predict(X[:40], k=3)[0], full.predict(X[:40], k=3)[0])
+
+
+def test_all_logits_are_label_logits_of_every_label():
+    X, Y = _problem(seed=13)
+    net = slide.Network({"layers": [{"size": 16}, {"size": None, "activation": "auto", "centroid_weight": 0}]},
+                        epochs=1, threads=1)
+    net.fit((X, Y))
+    q = net._query_arrays(X[:25].tocsr())
+    L = net.num_labels
+    every = net._core.all_logits(q.x_indptr, q.x_indices, q.x_values)
+    chosen = net._core.label_logits(q.x_indptr, q.x_indices, q.x_values, np.arange(26, dtype=np.int64) * L,
+                                    np.tile(np.arange(L, dtype=np.int32), 25)).reshape(25, L)
+    assert every.shape == (25, L)
+    np.testing.assert_allclose(every, chosen, rtol=1e-5, atol=1e-5)
+    lsh = slide.Network({"layers": [{"size": 16}, {"size": None, "activation": "softmax", "sampling": "lsh",
+                                                   "centroid_weight": 0}]}, epochs=1, threads=1)
+    lsh.fit((X, Y))
+    assert lsh._core.all_logits(q.x_indptr, q.x_indices, q.x_values) is None   # no batched path: label_logits

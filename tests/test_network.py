@@ -625,7 +625,9 @@ def test_checkpoint_callback(data, tmp_path):
 def test_memory_estimate_and_check():
     cfg = Network(hidden=128).config
     est = slide.memory.estimate(cfg, 100_000, 670_000)
-    assert set(est) == {"weights", "adam", "gradients", "hash_tables", "batch", "total"}
+    assert set(est) == {"weights", "adam", "gradients", "hash_tables", "batch", "centroids", "total"}
+    # centroid_weight auto on a wide layer: at most 32 entries a label (slide.centroids)
+    assert est["centroids"] == 670_000 * 32 * 8 + 100_001 * 8
     assert est["total"] == sum(v for k, v in est.items() if k != "total")
     # 100K x 128 + 128 x 670K weights (and biases), float32
     assert est["weights"] == 4 * (100_000 * 128 + 128 + 128 * 670_000 + 670_000)

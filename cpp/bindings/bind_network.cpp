@@ -322,6 +322,24 @@ run from several Python threads at once.)doc")
           "as in training); prior P also scores the P labels with the largest bias. mode 'index': the "
           "members of the `probe` best clusters of the inference index (0 = auto), built on first use.")
       .def(
+          "all_logits",
+          [](const Network& net, const py::object& x_indptr, const py::object& x_indices,
+             const py::object& x_values) -> py::object {
+            slide::CsrView x = csr(x_indptr, x_indices, &x_values, "x_indptr", "x_indices", "x_values");
+            net.check_batch(x, nullptr, nullptr, x.n);
+            py::array_t<float> z({x.n, net.output_dim()});
+            bool done;
+            {
+              py::gil_scoped_release release;
+              done = net.all_logits(x, z.mutable_data());
+            }
+            if (!done) return py::none();
+            return z;
+          },
+          py::arg("x_indptr"), py::arg("x_indices"), py::arg("x_values"),
+          "Every label's logit (float32 [n, labels]) by the batched dense path, or None on a network that "
+          "does not predict by it (use label_logits).")
+      .def(
           "label_logits",
           [](const Network& net, const py::object& x_indptr, const py::object& x_indices, const py::object& x_values,
              const py::object& cand_indptr, const py::object& cand) {

@@ -189,6 +189,10 @@ class Network {
   // labels with a score of its own (slide's label-centroid term). Throws InvalidArgument for
   // a label outside [0, output_dim) or a decreasing cand_indptr.
   void label_logits(const CsrView& x, const int64_t* cand_indptr, const int32_t* cand, float* out) const;
+  // Every label's logit, row-major into out[n * output_dim], by the batched dense path (matrix
+  // products over blocks of rows). Returns false, writing nothing, on a network that does not
+  // predict by that path (a hash-sampled layer, or more than 4,096 labels): use label_logits.
+  bool all_logits(const CsrView& x, float* out) const;
   // The index as it stands (built = false until predict_index or build_index builds it).
   IndexInfo index_info() const;
   // Builds the index now (if it is missing or stale), e.g. before serving queries.
@@ -283,7 +287,8 @@ class Network {
   float train_batch_shared(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
   float train_batch_layerwise(const CsrView& x, const CsrView& y, const int64_t* rows, int64_t b, float lr);
   void predict_exact_blocked(const CsrView& x, int k, int32_t* labels, float* scores, SoftmaxStats* stats) const;
-  void predict_layerwise(const CsrView& x, int k, int32_t* labels, float* scores, SoftmaxStats* stats) const;
+  void predict_layerwise(const CsrView& x, int k, int32_t* labels, float* scores, SoftmaxStats* stats,
+                         float* logits = nullptr) const;
   void predict_samples(const CsrView& x, int k, bool use_lsh, int32_t* labels, float* scores,
                        SoftmaxStats* stats, const LshQuery& query) const;
   void rebuild_tables_locked();

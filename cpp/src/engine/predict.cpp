@@ -158,7 +158,7 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
 }
 
 void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, float* out_scores,
-                                SoftmaxStats* stats) const {
+                                SoftmaxStats* stats, float* logits) const {
   // Blocks of samples through the dense layers as matrix products, as in training.
   constexpr int64_t kBlock = 128;
   const Kernels& kr = kernels();
@@ -217,6 +217,7 @@ void Network::predict_layerwise(const CsrView& x, int k, int32_t* out_labels, fl
         }
       }
       const int64_t out = layers_.back().out_dim;
+      if (logits) std::copy(act[nl - 1].data(), act[nl - 1].data() + ns * out, logits + s0 * out);
       for (int64_t s = 0; s < ns; ++s) {
         const float* z = act[nl - 1].data() + s * out;
         float mx = z[0];
@@ -544,6 +545,18 @@ void Network::predict_index(const CsrView& x, int k, int32_t* out_labels, float*
 }  // namespace slide
 
 namespace slide {
+
+bool Network::all_logits(const CsrView& x, float* out_z) const {
+  {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    if (!batch_ || layers_.back().out_dim > kMaxRecordedWidth || sharded()) return false;
+  }
+  std::vector<int32_t> labels(static_cast<size_t>(x.n));
+  std::vector<float> scores(static_cast<size_t>(x.n));
+  std::shared_lock<std::shared_mutex> lock(mutex_);
+  predict_layerwise(x, 1, labels.data(), scores.data(), nullptr, out_z);
+  return true;
+}
 
 void Network::label_logits(const CsrView& x, const int64_t* cand_indptr, const int32_t* cand, float* out_z) const {
   std::shared_lock<std::shared_mutex> lock(mutex_);
