@@ -445,11 +445,6 @@ class Network(_EpochLoop):
 
         if self.step == 0 and self._phase in ("train", "search"):
             self._init_output_centroids(data.fit)
-        weight = self.config.layers[-1].centroid_weight
-        if weight != "auto" and self._centroid_weight is None:
-            self._centroid_weight = float(weight)
-        if self._centroid_weight and self._centroids is None:
-            self._build_centroids(data.full if self._phase == "refit" else data.fit)
         cbs = list(callbacks)
         if progress:
             cbs.insert(0, _callbacks.ProgressBar())
@@ -466,8 +461,12 @@ class Network(_EpochLoop):
         # restore_best will have that network
         self._choose_at_best = bool(self._phase == "search" and (refit or tr.restore_best or self._keep_choice)
                                     and self._centroid_pending(data))
-        if self._choose_at_best and self._centroids is None:
-            self._build_centroids(data.fit)
+        weight = self.config.layers[-1].centroid_weight
+        if weight != "auto" and self._centroid_weight is None:
+            self._centroid_weight = float(weight)
+        # the centroids of the points this phase trains on (all of train in a refit)
+        if (self._centroid_weight or self._choose_at_best) and self._centroids is None:
+            self._build_centroids(data.full if self._phase == "refit" else data.fit)
         # epochs=auto: how long the search runs is not known in advance (no total on the bar)
         self._progress_total_samples = (self._remaining_samples(data.fit, epochs) if not auto
                                         else None)

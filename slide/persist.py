@@ -97,13 +97,15 @@ def restore_centroids(net, meta: Dict[str, Any], data: Dict[str, np.ndarray]) ->
         values, indices, indptr = (data[f"centroids/{k}"] for k in ("data", "indices", "indptr"))
     except KeyError:
         raise ValueError(f"centroid_weight is {weight} but the centroids are missing") from None
+    from .data import _check_structure
+
     nf, nl = int(net.num_features), int(net.num_labels)
-    if (indptr.ndim != 1 or len(indptr) != nf + 1 or len(indices) != len(values) or indptr[0] != 0
-            or indptr[-1] != len(values) or np.any(np.diff(indptr) < 0)
-            or (len(indices) and (indices.min() < 0 or indices.max() >= nl))
-            or not np.all(np.isfinite(values))):
-        raise ValueError(f"centroids: not a {nf} x {nl} sparse matrix")
-    net._centroids = sp.csr_matrix((values.astype(np.float32), indices, indptr), shape=(nf, nl))
+    try:
+        centroids = sp.csr_matrix((values.astype(np.float32), indices, indptr), shape=(nf, nl))
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"centroids: not a {nf} x {nl} sparse matrix ({e})") from None
+    _check_structure(centroids, "centroids", check_values=True)
+    net._centroids = centroids
 
 
 def table_arrays(net) -> Dict[str, np.ndarray]:

@@ -706,7 +706,7 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
         "refit_epochs": getattr(history, "refit_epochs", None),
         "lr": float(net.config.optimizer.lr),
         "lr_search": list(getattr(history, "lr_search", []) or []),
-        "centroid_weight": float(net._centroid_weight or 0.0),
+        "centroid_weight": net.centroid_weight,
         "centroid_search": {str(w): p for w, p in (getattr(history, "centroid_search", None) or {}).items()},
         "kept_epoch": kept_epoch,
         "epochs": epochs_done,

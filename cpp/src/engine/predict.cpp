@@ -547,13 +547,10 @@ void Network::predict_index(const CsrView& x, int k, int32_t* out_labels, float*
 namespace slide {
 
 bool Network::all_logits(const CsrView& x, float* out_z) const {
-  {
-    std::shared_lock<std::shared_mutex> lock(mutex_);
-    if (!batch_ || layers_.back().out_dim > kMaxRecordedWidth || sharded()) return false;
-  }
-  std::vector<int32_t> labels(static_cast<size_t>(x.n));
-  std::vector<float> scores(static_cast<size_t>(x.n));
   std::shared_lock<std::shared_mutex> lock(mutex_);
+  if (!batch_ || layers_.back().out_dim > kMaxRecordedWidth || sharded()) return false;
+  std::vector<int32_t> labels(static_cast<size_t>(x.n));  // the top-1 that path also gives
+  std::vector<float> scores(static_cast<size_t>(x.n));
   predict_layerwise(x, 1, labels.data(), scores.data(), nullptr, out_z);
   return true;
 }
