@@ -33,11 +33,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
-# Overrides of datasets/synth-<shape>.yaml, by name: dotted config keys.
+# Overrides of datasets/synth-<shape>.yaml as it is now, by name: dotted config keys. The runs in
+# datasets/synthetic.md before 2026-12-06 were made on configs without the label-centroid term
+# (add "layers.-1.centroid_weight": 0.0 to a variant to measure it as it was then).
 VARIANTS: Dict[str, Dict[str, Any]] = {
     "config": {},                                          # the config as it is now
     "config-cw0": {"layers.-1.centroid_weight": 0.0},      # ... without the label-centroid term
-    "softmax-centroid": {},                                # (the config when it was softmax)
+    # the config when it was softmax with 128 hidden units (before the label-centroid term)
+    "softmax-centroid": {"layers.0.size": 128, "layers.-1.activation": "softmax", "layers.-1.centroid_weight": 0.0},
+    "softmax-h128-cw16": {"layers.0.size": 128, "layers.-1.activation": "softmax", "layers.-1.centroid_weight": 16.0},
+    "softmax-h128-cw32": {"layers.0.size": 128, "layers.-1.activation": "softmax", "layers.-1.centroid_weight": 32.0},
+    # the amazon-670k config of 2026-12-05 (binary loss, 256 hidden units, the term at 16)
+    "sigmoid-h256-cw16": {"layers.0.size": 256, "layers.-1.activation": "sigmoid", "layers.-1.centroid_weight": 16.0},
     "softmax-random": {"layers.-1.init": "glorot"},
     "sigmoid-centroid": {"layers.-1.activation": "sigmoid"},
     "sigmoid-random": {"layers.-1.activation": "sigmoid", "layers.-1.init": "glorot"},
@@ -118,6 +125,11 @@ def _config(shape: str, overrides: Dict[str, Any], threads: int) -> Dict[str, An
     return d
 
 
+def _curve_subset(n: int, points: int) -> np.ndarray:
+    """The seeded validation points scored at the marks before the end (sorted)."""
+    return np.sort(np.random.default_rng(0).choice(n, min(n, points), replace=False))
+
+
 def run_slide(job: Dict[str, Any]) -> Dict[str, Any]:
     """One slide variant: train on fit for the budget, validation curve, test at the end."""
     import slide
@@ -139,7 +151,7 @@ def run_slide(job: Dict[str, Any]) -> Dict[str, Any]:
     curve: List[Dict[str, float]] = []
     # Exact scoring of 670K labels costs about 10 ms a point on 2 cores: the curve before the
     # end is taken on a seeded subset of the validation split, the end on all of it.
-    sub = np.sort(np.random.default_rng(0).choice(len(valid), min(len(valid), job["curve_points"]), replace=False))
+    sub = _curve_subset(len(valid), job["curve_points"])
     valid_sub = valid[sub]
 
     def score(ds) -> float:
@@ -221,11 +233,16 @@ def run_peer(job: Dict[str, Any]) -> Dict[str, Any]:
         for part, ds in (("valid", valid), ("test", test)):
             top, _ = model.predict_topk(ds.features, 5)
             out[part] = {k: float(v) for k, v in evaluate(top, ds.labels, k=(1, 3, 5)).items()}
+            if part == "valid":   # the subset the slide curves score before their end, to compare marks
+                sub = _curve_subset(len(valid), job["curve_points"])
+                out["valid_curve_points"] = float(evaluate(top[sub], ds.labels[sub], k=(1,))["P@1"])
     if hasattr(model, "close"):
         model.close()
-    print(f"{job['name']:20} {seconds:7.1f}s  valid P@1 {out['valid']['P@1']:.4f}", file=sys.stderr, flush=True)
+    print(f"{job['name']:20} {seconds:7.1f}s  valid P@1 {out['valid']['P@1']:.4f} "
+          f"({out['valid_curve_points']:.4f} on the points of the curves)", file=sys.stderr, flush=True)
     return {"name": job["name"], "train_seconds": round(seconds, 1), "valid_P@1": out["valid"]["P@1"],
-            "test": out["test"], "peak_rss_gb": round(max(rss.peak, peak_rss_bytes()) / 2 ** 30, 2)}
+            "valid_P@1_curve_points": out["valid_curve_points"], "test": out["test"],
+            "peak_rss_gb": round(max(rss.peak, peak_rss_bytes()) / 2 ** 30, 2)}
 
 
 def _isolated(job: Dict[str, Any], tmp: Path, python: str = sys.executable) -> Dict[str, Any]:
@@ -277,7 +294,7 @@ def main(argv=None) -> int:
                    curve_points=a.curve_points, epochs=a.epochs)
         results.append(dict(_isolated(job, tmp), overrides=VARIANTS[name]))
     for peer in [p for p in a.peers.split(",") if p]:
-        job = dict(paths, name=peer, peer=True, config=_config(a.shape, {}, a.threads))
+        job = dict(paths, name=peer, peer=True, config=_config(a.shape, {}, a.threads), curve_points=a.curve_points)
         results.append(_isolated(job, tmp, a.pecos_python if peer == "pecos" else sys.executable))
     out = RESULTS / f"wide_{a.shape}{a.tag}.json"
     out.write_text(json.dumps({"shape": a.shape, "num_train": a.num_train - a.valid, "valid": a.valid,

@@ -304,7 +304,7 @@ def test_the_memory_estimate_bounds_the_centroids_of_a_wide_layer():
     import os
 
     cfg = Config.from_yaml(os.path.join(os.path.dirname(__file__), "..", "datasets", "synth-amazon-670k.yaml"))
-    assert cfg.layers[-1].centroid_weight == 16.0
+    assert cfg.layers[-1].centroid_weight == 32.0
     est = slide.memory.estimate(cfg, 135_909, 670_091)
     assert est["centroids"] == 670_091 * centroids.MAX_FEATURES * 8 + 135_910 * 8   # 172 MB
     cfg.layers[-1].centroid_weight = 0.0
