@@ -13,12 +13,17 @@ Systems, each run as a user would run it, in a fresh process of its own (so that
 the system's own), with the same number of threads (``--threads``, default 2):
 
 * ``slide``: ``slide train`` with the default configuration (nothing tuned per set).
-* ``napkinxc``: napkinXC's PLT with its defaults on L2-normalised rows (``slide.baselines.napkinxc_plt``).
-* ``pecos``: PECOS XR-Linear on L2-normalised rows (``slide.baselines.pecos_linear``); libpecos
+* ``napkinxc``: napkinXC's PLT with its defaults (``slide.baselines.napkinxc_plt``).
+* ``pecos``: PECOS XR-Linear (``slide.baselines.pecos_linear``); libpecos
   needs NumPy<2, so it runs under ``--pecos-python`` (a Python with libpecos and slide installed);
   without it the rows say "not run".
 * ``torch``: the dense PyTorch network of the default configuration (``slide.baselines.torch_dense``)
   for the default's epoch count on the CPU, needs torch.
+
+The peers see the rows slide sees: L2-normalised, and on sets of dense real-valued features
+(``data.standardize: auto``: yeast and scene) standardized per feature first. There each peer
+runs a second time on the L2-normalised rows alone (``napkinxc-l2``, ``pecos-l2``, ``torch-l2``),
+and the gap column compares slide with the best peer row, whichever input suited it.
 
 Every system is scored by ``slide.metrics`` on all test points (points without labels count as
 misses): P@1/3/5 and PSP@1/3/5 (propensities A=0.55, B=1.5), with its training seconds and the
@@ -44,6 +49,10 @@ RESULTS = ROOT / "benchmarks" / "results" / "suite.json"
 SETS = ["bibtex", "delicious", "corel5k", "enron", "medical", "yeast", "scene", "tmc2007-500",
         "corel16k001", "rcv1subset2", "stackex-chemistry", "yahoo-arts"]
 SYSTEMS = ["slide", "napkinxc", "pecos", "torch"]
+# On sets whose features slide standardizes (data.standardize: auto, dense features), each peer
+# also runs on the L2-normalised rows alone ("-l2"): the same input as slide's, and the input
+# that suits the peer best, both in the table; the gap column takes the better.
+L2_SUFFIX = "-l2"
 KS = (1, 3, 5)
 # The dense baseline trains the default network for this many epochs (slide's epochs are
 # chosen per set by validation; the dense net is given the count the defaults used before).
@@ -70,6 +79,9 @@ def worker(system: str, name: str, threads: int) -> dict:
     # the same propensities for every system: from the training labels (as slide computes them)
     props = slide.metrics.propensities(train.labels, 0.55, 1.5)
     cfg = slide.Config.from_dict({"training": {"threads": threads}})
+    if system.endswith(L2_SUFFIX):
+        system = system[:-len(L2_SUFFIX)]
+        cfg.data.standardize = False
     if system == "slide":
         model = slide.Network(cfg)
         train_call = model.fit
@@ -103,6 +115,14 @@ def worker(system: str, name: str, threads: int) -> dict:
     return row
 
 
+def _standardized(name: str) -> bool:
+    """Whether the default configuration standardizes this set's features."""
+    import slide
+    from slide.scaling import wants_standardize
+
+    return wants_standardize(slide.Config.load(None).data.standardize, slide.load_dataset(data_paths(name)[0]).features)
+
+
 def _scores(top, test, props) -> dict:
     """P@k and PSP@k by slide.metrics, the same code and propensities for every system."""
     from slide import metrics
@@ -132,7 +152,8 @@ def format_table(rows) -> str:
     by = {}
     for r in rows:
         by.setdefault(r["set"], {})[r["system"]] = r
-    systems = [s for s in SYSTEMS if any(s in v for v in by.values())]
+    order = SYSTEMS + [s + L2_SUFFIX for s in SYSTEMS[1:]]
+    systems = [s for s in order if any(s in v for v in by.values())]
     out = ["| set | system | P@1 | P@3 | P@5 | PSP@1 | PSP@3 | PSP@5 | train s | peak RSS MiB | slide P@1 - best peer |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in [s for s in SETS if s in by] + [s for s in by if s not in SETS]:
@@ -173,12 +194,15 @@ def main(argv=None) -> int:
         return 0
     rows = []
     for name in args.sets.split(","):
-        for system in args.systems.split(","):
-            if system == "pecos" and not args.pecos_python:
+        systems = args.systems.split(",")
+        if _standardized(name):
+            systems += [s + L2_SUFFIX for s in systems if s != "slide" and not s.endswith(L2_SUFFIX)]
+        for system in systems:
+            if system.startswith("pecos") and not args.pecos_python:
                 rows.append({"set": name, "system": system,
                              "error": "not run (needs --pecos-python: libpecos wants NumPy<2)"})
                 continue
-            python = args.pecos_python if system == "pecos" else sys.executable
+            python = args.pecos_python if system.startswith("pecos") else sys.executable
             r = run_isolated(system, name, args.threads, python, args.timeout)
             rows.append(r)
             shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()

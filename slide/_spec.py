@@ -29,6 +29,7 @@ _SHORTCUTS = {
     "time_budget": "training.time_budget",
     "refit": "training.refit",
     "normalize": "data.normalize",
+    "standardize": "data.standardize",
     "valid_fraction": "data.valid_fraction",
     "k": "eval.k",
 }

@@ -235,6 +235,8 @@ def cmd_train(args) -> int:
     if summary.get("centroid_weight"):
         how = " (by validation)" if summary.get("centroid_search") else ""
         kept += f"; label-centroid weight {summary['centroid_weight']:g}{how}"
+    if summary.get("standardized"):
+        kept += "; features standardized (dense input)"
     ranks = summary.get("ranks", 1)
     rss = (f"peak RSS {format_bytes(summary['peak_rss_bytes'])}" if ranks == 1 else
            f"peak RSS per rank {' '.join(format_bytes(b) for b in summary['peak_rss_bytes_per_rank'])} "

@@ -50,6 +50,10 @@ class DataConfig:
                                     "0 = none, except that training.epochs=auto holds out 20% (at most 5,000 points)")
     format: str = _f("auto", "file format: auto | xc | libsvm", choices=("auto", "xc", "libsvm"))
     normalize: str = _f("l2", "input row scaling: none | l2 | tfidf_l2", choices=("none", "l2", "tfidf_l2"))
+    standardize: Union[bool, str] = _f("auto", "standardize each feature by the training rows' mean and standard "
+                                                "deviation before the row scaling: true | false | auto (when at "
+                                                "least half the training matrix's entries are stored: dense "
+                                                "real-valued features, not text)", auto=True)
     cache: bool = _f(True, "keep a binary cache of parsed files (reused only while the source is unchanged)")
 
 

@@ -39,7 +39,7 @@ from ._arrays import _Arrays, _FitData, _Split, _as_csr
 from ._spec import _apply_overrides, _engine_spec
 from .sampling import choose_sampling, resolve_output_activation
 from . import _bf16
-from .scaling import idf_weights, normalize_rows, scale_values
+from .scaling import feature_standardization, idf_weights, normalize_rows, scale_values, standardize, wants_standardize
 
 __all__ = ["Network", "History", "FORMAT_VERSION", "choose_sampling"]
 
@@ -110,6 +110,7 @@ class Network(_EpochLoop):
     ``time_budget``         ``training.time_budget`` (seconds of training)
     ``refit``               ``training.refit``
     ``normalize``           ``data.normalize`` (none | l2 | tfidf_l2)
+    ``standardize``         ``data.standardize`` (auto | true | false)
     ``valid_fraction``      ``data.valid_fraction``
     ``k``                   ``eval.k``
     ``hidden``              hidden layer sizes: an int or a list of ints (ReLU, dense); the
@@ -151,6 +152,8 @@ class Network(_EpochLoop):
         self.epoch = 0                # completed epochs
         self._batch_in_epoch = 0      # batches of the current epoch already trained
         self._idf: Optional[np.ndarray] = None
+        # data.standardize: (mean, scale) per feature of the first training rows, None when off
+        self._standard: Optional[Tuple[np.ndarray, np.ndarray]] = None
         # The label-centroid term (slide.centroids): its weight once fixed (None: not chosen yet,
         # 0: off) and the feature-by-label centroid matrix while the weight is above 0.
         self._centroid_weight: Optional[float] = None
@@ -220,6 +223,12 @@ class Network(_EpochLoop):
     def _agreed(self, flag: bool) -> bool:
         """Rank 0's ``flag`` on every rank (decisions from wall time must be the same everywhere)."""
         return bool(self._comm.bcast(bool(flag), root=0)) if self._comm is not None else bool(flag)
+
+    @property
+    def standardized(self) -> bool:
+        """Whether this network standardizes its input features (``data.standardize``): fixed by
+        the first training data, and kept by the model file."""
+        return self._standard is not None
 
     @property
     def centroid_weight(self) -> float:
@@ -365,6 +374,9 @@ class Network(_EpochLoop):
         """Apply ``data.normalize`` (with the idf learnt from the training data); ``in_place``
         scales X's own float32 values instead of a copy."""
         mode = self.config.data.normalize
+        if self._standard is not None:
+            X = standardize(X, *self._standard)    # a new matrix: scaled in place below
+            in_place = True
         if mode == "none":
             return X    # no copy of data that is used as it is
         if mode == "tfidf_l2" and self._idf is None:
@@ -549,9 +561,14 @@ class Network(_EpochLoop):
         cfg = self.config
         self._check_features(split.X, "train")
         self._check_labels(split.Y, "train")
-        if self._label_counts is None:
+        if self._label_counts is None:   # the first training data: its statistics stay with the network
             self._label_counts = np.bincount(split.Y.indices, minlength=self.num_labels).astype(np.int64)
             self._num_train_points = int(split.X.shape[0])
+            try:   # all of train: feature statistics use no labels, and the refit trains on it all
+                if wants_standardize(cfg.data.standardize, split.X_all):
+                    self._standard = feature_standardization(split.X_all, self.num_features)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         if self._idf is None and cfg.data.normalize == "tfidf_l2":
             # as wide as the network (the training matrix may be narrower than an eager build)
             X = split.X if split.X.shape[1] == self.num_features else sp.csr_matrix(
@@ -717,6 +734,8 @@ class Network(_EpochLoop):
         mode = self.config.data.normalize
         if mode == "tfidf_l2" and self._idf is None:
             raise RuntimeError("tfidf_l2: idf statistics are missing (fit has not run)")
+        if self._standard is not None:
+            X = standardize(X, *self._standard)
         values = np.array(X.data, dtype=np.float32)
         scale_values(values, X.indices, X.indptr, X.shape[1], mode, self._idf)
         return _QueryArrays(np.ascontiguousarray(X.indptr, dtype=np.int64),

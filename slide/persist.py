@@ -171,6 +171,8 @@ def _network_arrays(net, extra_meta: Optional[Dict[str, Any]] = None) -> Dict[st
             arrays[f"best/{name}"] = v
     if net._idf is not None:
         arrays["idf"] = net._idf
+    if net._standard is not None:
+        arrays["feature_mean"], arrays["feature_scale"] = net._standard
     if net._label_counts is not None:
         arrays["label_counts"] = net._label_counts
     if net._centroids is not None and net._centroid_weight:
@@ -441,6 +443,15 @@ def _restore(cls, path: str, meta: Dict[str, Any], data: Dict[str, np.ndarray], 
         best = {k[len("best/"):]: v for k, v in data.items() if k.startswith("best/")}
         net._best_params = best or None
         net._idf = data.get("idf")
+        if ("feature_mean" in data) != ("feature_scale" in data):
+            raise ValueError("feature standardization: one of feature_mean and feature_scale is missing")
+        if "feature_mean" in data:
+            mean, scale = (np.asarray(data[k], dtype=np.float32) for k in ("feature_mean", "feature_scale"))
+            if mean.shape != (net.num_features,) or scale.shape != mean.shape or not (
+                    np.isfinite(mean).all() and np.isfinite(scale).all() and (scale > 0).all()):
+                raise ValueError(f"feature standardization: expected {net.num_features} finite means and "
+                                 f"positive scales")
+            net._standard = (mean, scale)
         net._label_counts = data.get("label_counts")
         restore_centroids(net, meta, data)
         h = meta.get("history") or {}

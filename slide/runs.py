@@ -707,6 +707,7 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
         "lr": float(net.config.optimizer.lr),
         "lr_search": list(getattr(history, "lr_search", []) or []),
         "centroid_weight": net.centroid_weight,
+        "standardized": net.standardized,
         "centroid_search": {str(w): p for w, p in (getattr(history, "centroid_search", None) or {}).items()},
         "kept_epoch": kept_epoch,
         "epochs": epochs_done,

@@ -11,13 +11,21 @@ from typing import Optional
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["NORMALIZE_MODES", "idf_weights", "normalize_rows", "scale_values"]
+__all__ = ["NORMALIZE_MODES", "STANDARDIZE_DENSITY", "idf_weights", "normalize_rows", "scale_values",
+           "wants_standardize", "feature_standardization", "standardize"]
 
 #: The values of ``data.normalize``.
 NORMALIZE_MODES = ("none", "l2", "tfidf_l2")
 
 #: Stored values per block of :func:`scale_values` (8 MiB of float64 temporaries).
 SCALE_BLOCK = 1 << 20
+
+#: ``data.standardize: auto`` standardizes features when at least this share of the training
+#: matrix's entries is stored: dense real-valued descriptors (image, audio, biological), not text.
+STANDARDIZE_DENSITY = 0.5
+
+#: Most entries (rows x features) that standardizing may store: centring stores every entry.
+STANDARDIZE_MAX_ENTRIES = 1 << 28
 
 
 def idf_weights(features: sp.spmatrix, dtype=np.float32) -> np.ndarray:
@@ -31,6 +39,60 @@ def idf_weights(features: sp.spmatrix, dtype=np.float32) -> np.ndarray:
     n = features.shape[0]
     df = np.bincount(features.indices, minlength=features.shape[1]).astype(np.float64)
     return (np.log((1.0 + n) / (1.0 + df)) + 1.0).astype(dtype, copy=False)
+
+
+def wants_standardize(setting, features: sp.spmatrix) -> bool:
+    """Whether ``data.standardize`` (``"auto"``, True or False) standardizes these training
+    features: auto does when at least :data:`STANDARDIZE_DENSITY` of the entries are stored.
+    Raises ValueError when the centred matrix would hold more than
+    :data:`STANDARDIZE_MAX_ENTRIES` entries (1 GiB of float32 values)."""
+    n, d = features.shape
+    if setting == "auto":
+        on = n * d > 0 and features.nnz >= STANDARDIZE_DENSITY * n * d
+    else:
+        on = bool(setting)
+    if on and n * d > STANDARDIZE_MAX_ENTRIES:
+        raise ValueError(f"data.standardize: centring {n:,} rows x {d:,} features stores every entry "
+                         f"({n * d:,}, above {STANDARDIZE_MAX_ENTRIES:,}); set data.standardize: false")
+    return on
+
+
+def feature_standardization(features: sp.spmatrix, num_features: Optional[int] = None):
+    """``(mean, scale)`` per feature of the training rows (float32, computed in float64): the
+    mean and the standard deviation of each column, zeros counted; 1 where a column is constant.
+    ``num_features`` widens the statistics (columns past the matrix are all zero)."""
+    x = sp.csr_matrix(features)
+    d = max(x.shape[1], int(num_features or 0))
+    n = max(1, x.shape[0])
+    data = x.data.astype(np.float64)
+    mean = np.bincount(x.indices, weights=data, minlength=d) / n
+    sq = np.bincount(x.indices, weights=data * data, minlength=d) / n
+    sd = np.sqrt(np.maximum(sq - mean * mean, 0.0))
+    sd[sd <= 1e-12 * np.maximum(1.0, np.abs(mean))] = 1.0
+    return mean.astype(np.float32), sd.astype(np.float32)
+
+
+def standardize(features: sp.spmatrix, mean: np.ndarray, scale: np.ndarray) -> sp.csr_matrix:
+    """``(x - mean) / scale`` per feature as a float32 CSR matrix that stores every entry (a
+    zero of the input becomes ``-mean / scale``). Columns past ``features``' width count as
+    zeros; the result is as wide as ``mean``."""
+    x = sp.csr_matrix(features)
+    d = len(mean)
+    if x.shape[1] > d:
+        raise ValueError(f"data has {x.shape[1]} features, the statistics have {d}")
+    n = x.shape[0]
+    if n * d > STANDARDIZE_MAX_ENTRIES:
+        raise ValueError(f"data.standardize: {n:,} rows x {d:,} features are too many entries to centre; "
+                         f"predict in smaller chunks")
+    dense = np.zeros((n, d), dtype=np.float32)
+    if x.nnz:
+        rows = np.repeat(np.arange(n), np.diff(x.indptr))
+        dense[rows, x.indices] = x.data
+    dense -= mean
+    dense /= scale
+    indptr = np.arange(0, (n + 1) * d, d, dtype=np.int64)
+    indices = np.tile(np.arange(d, dtype=np.int32), n)
+    return sp.csr_matrix((dense.reshape(-1), indices, indptr), shape=(n, d))
 
 
 def normalize_rows(features: sp.spmatrix, mode: str = "l2",

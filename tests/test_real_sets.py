@@ -20,11 +20,11 @@ from conftest import load_split
 # activation auto = sigmoid on these dense output layers)
 MEASURED = {
     "medical": 0.6818,
-    "yeast": 0.7900,
+    "yeast": 0.7833,
     "enron": 0.7589,
     "corel5k": 0.3922,
     "stackex-chemistry": 0.4465,
-    "scene": 0.7479,
+    "scene": 0.7727,
     "bibtex": 0.6332,
     "corel16k001": 0.3968,
     "tmc2007-500": 0.8287,

@@ -208,3 +208,122 @@ def test_a_cli_run_trains_on_its_own_data_without_a_copy(tmp_path, monkeypatch):
     summary = train_run(cfg, RunDir.create(tmp_path / "b", cfg), data=data, data_owned=True)
     assert not np.array_equal(x.data, original)
     assert summary["evaluated_on"] == "test"
+
+
+# ------------------------------------------------------------------ data.standardize
+
+def _dense_problem(seed=0, n=300, d=12, L=4):
+    """Dense real-valued features on very different scales (one column 1000x the others, one
+    constant) whose labels depend on the small-scale columns."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)).astype(np.float32)
+    X[:, 0] = rng.normal(5000.0, 1000.0, n)     # a large-scale column that carries no label signal
+    X[:, 1] = 3.0                                # constant
+    y = np.argmax(X[:, 2:2 + L], axis=1)
+    Y = sp.csr_matrix((np.ones(n, np.float32), y, np.arange(n + 1)), shape=(n, L))
+    return sp.csr_matrix(X), Y
+
+
+def test_standardization_statistics_and_the_centred_matrix_are_hand_checked():
+    from slide.scaling import feature_standardization, standardize
+
+    x = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [3.0, 0.0, 2.0]], dtype=np.float32))
+    mean, scale = feature_standardization(x, num_features=4)
+    np.testing.assert_allclose(mean, [2.0, 0.0, 2.0, 0.0])
+    np.testing.assert_allclose(scale, [1.0, 1.0, 1.0, 1.0])   # constant columns keep scale 1
+    z = standardize(x, mean, scale)
+    assert z.shape == (2, 4) and z.nnz == 8 and z.dtype == np.float32   # every entry stored
+    np.testing.assert_allclose(z.toarray(), [[-1.0, 0, 0, 0], [1.0, 0, 0, 0]])
+    with pytest.raises(ValueError, match="data has 5 features, the statistics have 4"):
+        standardize(sp.csr_matrix((1, 5), dtype=np.float32), mean, scale)
+
+
+def test_auto_standardizes_dense_features_only():
+    from slide.scaling import wants_standardize
+
+    dense = sp.csr_matrix(np.ones((10, 4), np.float32))
+    sparse = sp.csr_matrix(np.eye(10, 4, dtype=np.float32))   # 10% of the entries stored
+    assert wants_standardize("auto", dense) and not wants_standardize("auto", sparse)
+    assert wants_standardize(True, sparse) and not wants_standardize(False, dense)
+    with pytest.raises(ValueError, match=r"data.standardize: centring 300,000 rows x 1,000 features .* "
+                                         r"set data.standardize: false"):
+        wants_standardize(True, sp.csr_matrix((300_000, 1_000), dtype=np.float32))
+
+
+def test_the_network_learns_from_standardized_dense_features_and_keeps_the_statistics(tmp_path):
+    X, Y = _dense_problem()
+    Xt, Yt = _dense_problem(seed=1)
+    p1 = {}
+    for setting in ("auto", False):
+        net = slide.Network(standardize=setting, hidden=16, epochs=60, threads=1, seed=0, valid_fraction=0.0,
+                            dropout=0.0)
+        net.fit((X, Y))
+        p1[setting] = net.evaluate((Xt, Yt), k=1)["P@1"]
+        if setting == "auto":
+            auto = net
+    # after the row scaling the large column drowns the others unless the features are standardized
+    assert auto.standardized and p1["auto"] >= 0.7 and p1["auto"] >= p1[False] + 0.3, p1
+    mean, scale = auto._standard
+    np.testing.assert_allclose(mean[0], X[:, 0].toarray().mean(), rtol=1e-5)
+    assert scale[1] == 1.0
+    path = tmp_path / "m.slide"
+    auto.save(path)
+    loaded = slide.Network.load(path)
+    np.testing.assert_array_equal(loaded._standard[0], mean)
+    top, _ = auto.predict(Xt, k=2)
+    assert np.array_equal(loaded.predict(Xt, k=2)[0], top)
+    # one row at a time takes the single-query path: the same standardization
+    assert np.array_equal(np.vstack([loaded.predict(Xt[i], k=2)[0] for i in range(10)]), top[:10])
+
+
+def test_sparse_text_features_are_not_standardized_by_default(bibtex):
+    train, _ = bibtex
+    net = slide.Network(hidden=8, epochs=1, threads=1, valid_fraction=0.0)
+    net.fit(train[:200])
+    assert not net.standardized
+
+
+def test_baselines_see_the_same_standardized_rows():
+    from slide.baselines import scale_rows, standardization_for
+
+    X, _ = _dense_problem()
+    net = slide.Network(hidden=8, epochs=1, threads=1, valid_fraction=0.0)
+    net.fit(_dense_problem())
+    standard = standardization_for(net.config, X)
+    ours = net._normalize(X)
+    theirs = scale_rows(X, X.shape[1], "l2", None, standard)
+    assert np.array_equal(ours.data.view(np.uint32), theirs.data.view(np.uint32))
+
+
+def test_a_model_file_with_broken_statistics_is_refused(tmp_path):
+    import zipfile
+
+    X, Y = _dense_problem()
+    net = slide.Network(hidden=8, epochs=1, threads=1, valid_fraction=0.0)
+    net.fit((X, Y))
+    path = tmp_path / "m.slide"
+    net.save(path)
+    bad = tmp_path / "bad.slide"
+    with zipfile.ZipFile(path) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for item in zin.infolist():
+            if item.filename != "feature_scale.npy":
+                zout.writestr(item, zin.read(item.filename))
+    with pytest.raises(ValueError, match="one of feature_mean and feature_scale is missing"):
+        slide.Network.load(bad)
+
+
+def test_slide_train_says_when_it_standardized(tmp_path):
+    """The CLI line after training and summary.json name the standardization."""
+    import json
+
+    from conftest import run_cli
+
+    X, Y = _dense_problem()
+    ds = slide.Dataset(X, Y)
+    ds.save(tmp_path / "train.txt")
+    (tmp_path / "c.yaml").write_text("data: {train: train.txt, valid_fraction: 0.2}\n"
+                                     "layers: [{size: 8}, {size: null, activation: auto}]\ntraining: {epochs: 2, threads: 1}\n")
+    r = run_cli("train", tmp_path / "c.yaml", "--quiet", "--out", tmp_path / "run", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "features standardized (dense input)" in r.stdout
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["standardized"] is True

@@ -24,9 +24,10 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import scipy.sparse as sp
 
-from ..scaling import idf_weights, normalize_rows
+from ..scaling import feature_standardization, idf_weights, normalize_rows, standardize, wants_standardize
 
-__all__ = ["as_csr_pair", "normalize_rows", "idf_weights", "scale_rows", "threads_for", "evaluate_topk"]
+__all__ = ["as_csr_pair", "normalize_rows", "idf_weights", "scale_rows", "standardization_for", "threads_for",
+           "evaluate_topk"]
 
 
 def as_csr_pair(data) -> Tuple[sp.csr_matrix, Optional[sp.csr_matrix]]:
@@ -54,16 +55,27 @@ def as_csr_pair(data) -> Tuple[sp.csr_matrix, Optional[sp.csr_matrix]]:
     return x, y
 
 
+def standardization_for(config, features: sp.csr_matrix, num_features: Optional[int] = None):
+    """The ``(mean, scale)`` per feature (``num_features`` wide, at least the matrix's width) that
+    ``data.standardize`` asks for on these training features, as :class:`slide.Network` computes
+    them, or None: every system sees the same input."""
+    if not wants_standardize(config.data.standardize, features):
+        return None
+    return feature_standardization(features, num_features)
+
+
 def scale_rows(features: sp.csr_matrix, num_features: int, mode: str,
-               idf: Optional[np.ndarray] = None) -> sp.csr_matrix:
-    """Rows of a model trained on ``num_features`` features, scaled as ``data.normalize``
-    (``mode``) says. A matrix with fewer columns is widened (its features are the first ones);
-    one with more raises ValueError."""
+               idf: Optional[np.ndarray] = None, standard=None) -> sp.csr_matrix:
+    """Rows of a model trained on ``num_features`` features, standardized with ``standard``
+    (``(mean, scale)`` or None) and scaled as ``data.normalize`` (``mode``) says. A matrix with
+    fewer columns is widened (its features are the first ones); one with more raises ValueError."""
     if features.shape[1] < num_features:
         features = sp.csr_matrix((features.data, features.indices, features.indptr),
                                  shape=(features.shape[0], num_features))
     elif features.shape[1] > num_features:
         raise ValueError(f"data has {features.shape[1]} features, the model was trained on {num_features}")
+    if standard is not None:
+        features = standardize(features, *standard)
     return normalize_rows(features, mode, idf)
 
 

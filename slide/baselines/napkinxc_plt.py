@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..config import Config
-from . import as_csr_pair, evaluate_topk, idf_weights, scale_rows, threads_for
+from . import as_csr_pair, evaluate_topk, idf_weights, scale_rows, standardization_for, threads_for
 
 __all__ = ["NapkinPLT", "import_napkinxc"]
 
@@ -80,6 +80,7 @@ class NapkinPLT:
         self.num_labels: Optional[int] = None
         self.train_seconds: Optional[float] = None
         self._idf: Optional[np.ndarray] = None
+        self._standard = None   # data.standardize: (mean, scale) of the training features
         self._dir: Optional[str] = None
         self._cleanup = None
 
@@ -101,7 +102,7 @@ class NapkinPLT:
 
     # ------------------------------------------------------------------ training
     def _prepare(self, x: sp.csr_matrix) -> sp.csr_matrix:
-        return scale_rows(x, self.num_features, self.config.data.normalize, self._idf)
+        return scale_rows(x, self.num_features, self.config.data.normalize, self._idf, self._standard)
 
     def fit(self, train) -> "NapkinPLT":
         """Train on a :class:`slide.Dataset` (or ``(features, labels)``). Points with no label
@@ -116,6 +117,7 @@ class NapkinPLT:
         self.num_features = x.shape[1]
         self.num_labels = y.shape[1]
         self._idf = idf_weights(x) if self.config.data.normalize == "tfidf_l2" else None
+        self._standard = standardization_for(self.config, x)
         X = self._prepare(x)
         Y = sp.csr_matrix((np.ones(y.nnz, dtype=np.float32), y.indices, y.indptr), shape=y.shape)
         self._dir = tempfile.mkdtemp(prefix="slide-napkinxc-")

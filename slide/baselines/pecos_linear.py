@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..config import Config
-from . import as_csr_pair, evaluate_topk, idf_weights, scale_rows, threads_for
+from . import as_csr_pair, evaluate_topk, idf_weights, scale_rows, standardization_for, threads_for
 
 __all__ = ["PecosXLinear", "import_pecos"]
 
@@ -64,9 +64,10 @@ class PecosXLinear:
         self.num_features: Optional[int] = None
         self.num_labels: Optional[int] = None
         self._idf: Optional[np.ndarray] = None
+        self._standard = None   # data.standardize: (mean, scale) of the training features
 
     def _prepare(self, x: sp.csr_matrix) -> sp.csr_matrix:
-        return scale_rows(x, self.num_features, self.config.data.normalize, self._idf)
+        return scale_rows(x, self.num_features, self.config.data.normalize, self._idf, self._standard)
 
     def fit(self, train) -> "PecosXLinear":
         """Train on a :class:`slide.Dataset` (or ``(features, labels)``). Points with no label
@@ -80,6 +81,7 @@ class PecosXLinear:
         self.num_labels = y.shape[1]
         if self.config.data.normalize == "tfidf_l2":
             self._idf = idf_weights(x)
+        self._standard = standardization_for(self.config, x)
         X = self._prepare(x)
         Y = sp.csr_matrix((np.ones(y.nnz, dtype=np.float32), y.indices, y.indptr), shape=y.shape)
         label_feat = self._LabelEmbeddingFactory.create(Y, X, method="pifa")

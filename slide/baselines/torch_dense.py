@@ -36,7 +36,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..config import Config
-from . import as_csr_pair, evaluate_topk, idf_weights, normalize_rows, threads_for
+from . import as_csr_pair, evaluate_topk, idf_weights, normalize_rows, standardization_for, threads_for
+from ..scaling import standardize
 
 __all__ = ["TorchDenseTrainer", "import_torch", "require_torch", "resolve_device"]
 
@@ -125,6 +126,8 @@ class TorchDenseTrainer:
         self.train_seconds = 0.0
         self.stop_training = False
         self._idf: Optional[np.ndarray] = None
+        self._standard = None   # data.standardize: (mean, scale) of the training features
+        self._standard_fixed = False
         self._props: Optional[np.ndarray] = None
 
         tr = self.config.training
@@ -209,6 +212,11 @@ class TorchDenseTrainer:
             if not fit_idf:
                 raise RuntimeError("tfidf_l2 scaling needs the training data first (call fit_for)")
             self._idf = idf_weights(features)
+        if fit_idf and not self._standard_fixed:   # the first training data: data.standardize's statistics
+            self._standard = standardization_for(self.config, features, self.num_features)
+            self._standard_fixed = True
+        if self._standard is not None:
+            features = standardize(features, *self._standard)
         return normalize_rows(features, mode, self._idf)
 
     def _batch_tensors(self, x: sp.csr_matrix, rows: np.ndarray):
