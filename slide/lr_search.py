@@ -87,6 +87,8 @@ def maybe_search(net, split, data) -> List[Dict[str, Any]]:
             d["training"]["restore_best"] = False
             child = Network(d)   # the same seed, rows and rules: at factor 1 it repeats net's search
             child._keep_choice, child._centroids = True, net._centroids   # slide.centroids: see below
+            # the parent's feature statistics (of all of train), not those of the rows it searches on
+            child._standard, child._standard_fixed = net._standard, True
             child.fit((split.X, split.Y), valid=(split.Xv, split.Yv), epochs="auto")
             score = child._best_score if child._best_score is not None else -1.0
             tried.append({"lr": base_lr * f, "best_valid_P@1": child._best_score, "best_epoch": child._best_epoch})

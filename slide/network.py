@@ -154,6 +154,7 @@ class Network(_EpochLoop):
         self._idf: Optional[np.ndarray] = None
         # data.standardize: (mean, scale) per feature of the first training rows, None when off
         self._standard: Optional[Tuple[np.ndarray, np.ndarray]] = None
+        self._standard_fixed = False   # decided (on or off) by the first training data or given
         # The label-centroid term (slide.centroids): its weight once fixed (None: not chosen yet,
         # 0: off) and the feature-by-label centroid matrix while the weight is above 0.
         self._centroid_weight: Optional[float] = None
@@ -564,11 +565,13 @@ class Network(_EpochLoop):
         if self._label_counts is None:   # the first training data: its statistics stay with the network
             self._label_counts = np.bincount(split.Y.indices, minlength=self.num_labels).astype(np.int64)
             self._num_train_points = int(split.X.shape[0])
+        if not self._standard_fixed:
             try:   # all of train: feature statistics use no labels, and the refit trains on it all
                 if wants_standardize(cfg.data.standardize, split.X_all):
                     self._standard = feature_standardization(split.X_all, self.num_features)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
+            self._standard_fixed = True
         if self._idf is None and cfg.data.normalize == "tfidf_l2":
             # as wide as the network (the training matrix may be narrower than an eager build)
             X = split.X if split.X.shape[1] == self.num_features else sp.csr_matrix(

@@ -453,6 +453,9 @@ def _restore(cls, path: str, meta: Dict[str, Any], data: Dict[str, np.ndarray], 
                                  f"positive scales")
             net._standard = (mean, scale)
         net._label_counts = data.get("label_counts")
+        # a trained network keeps what its first training data decided (files from before
+        # data.standardize existed were trained on unstandardized rows)
+        net._standard_fixed = net._standard is not None or net._label_counts is not None
         restore_centroids(net, meta, data)
         h = meta.get("history") or {}
         net.history = History(h.get("records"))

@@ -20,7 +20,7 @@ from conftest import load_split
 # activation auto = sigmoid on these dense output layers)
 MEASURED = {
     "medical": 0.6818,
-    "yeast": 0.7833,
+    "yeast": 0.7900,
     "enron": 0.7589,
     "corel5k": 0.3922,
     "stackex-chemistry": 0.4465,

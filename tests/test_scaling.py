@@ -327,3 +327,20 @@ def test_slide_train_says_when_it_standardized(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "features standardized (dense input)" in r.stdout
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["standardized"] is True
+
+
+def test_the_statistics_are_computed_once_and_shared_with_the_learning_rate_search(monkeypatch):
+    """epochs=auto with lr_search: the search networks at other rates standardize with the
+    statistics of all of train, as the network that refits does (not with those of the rows
+    they search on)."""
+    import slide.network as network
+
+    calls = []
+    real = network.feature_standardization
+    monkeypatch.setattr(network, "feature_standardization", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    X, Y = _dense_problem(n=200)
+    net = slide.Network(hidden=8, threads=1, seed=0, max_epochs=3)
+    net.fit((X, Y))
+    assert len(net.history.lr_search) == 3      # the search ran at three rates
+    assert calls == [(200, 12)]                 # once, on all 200 training rows
+    np.testing.assert_allclose(net._standard[0], real(X)[0])
