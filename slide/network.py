@@ -152,7 +152,7 @@ class Network(_EpochLoop):
         self.epoch = 0                # completed epochs
         self._batch_in_epoch = 0      # batches of the current epoch already trained
         self._idf: Optional[np.ndarray] = None
-        # data.standardize: (mean, scale) per feature of the first training rows, None when off
+        # data.standardize: (mean, scale) per feature of all the rows the first fit was given, None when off
         self._standard: Optional[Tuple[np.ndarray, np.ndarray]] = None
         self._standard_fixed = False   # decided (on or off) by the first training data or given
         # The label-centroid term (slide.centroids): its weight once fixed (None: not chosen yet,
@@ -372,8 +372,9 @@ class Network(_EpochLoop):
                              f"has {self.num_labels} labels")
 
     def _normalize(self, X: sp.csr_matrix, in_place: bool = False) -> sp.csr_matrix:
-        """Apply ``data.normalize`` (with the idf learnt from the training data); ``in_place``
-        scales X's own float32 values instead of a copy."""
+        """Apply ``data.standardize`` (the network's feature statistics, when it has them) and
+        ``data.normalize`` (with the idf learnt from the training data); ``in_place`` scales X's
+        own float32 values instead of a copy (standardizing always makes a new matrix)."""
         mode = self.config.data.normalize
         if self._standard is not None:
             X = standardize(X, *self._standard)    # a new matrix: scaled in place below
