@@ -78,7 +78,8 @@ class LshConfig:
 @dataclass
 class LayerConfig:
     size: Optional[int] = _f(None, "neurons; null on the last layer = number of labels", min=1)
-    activation: str = _f("relu", "relu | linear on hidden layers; on the last layer softmax (softmax "
+    activation: str = _f("relu", "relu | linear on hidden layers (default relu); on the last layer (default "
+                                 "auto) softmax (softmax "
                                  "cross-entropy, target mass 1/|y|) | sigmoid (per-label binary cross-entropy, on "
                                  "the sampled neurons of an lsh layer) | auto (sigmoid when the output layer is "
                                  "dense, else softmax)",
@@ -187,6 +188,9 @@ class Config:
         if d is None:
             d = {}
         cfg = _build(cls, d, prefix="", source=source)
+        layers = d.get("layers") if isinstance(d, dict) else None
+        if isinstance(layers, list) and layers and isinstance(layers[-1], dict) and "activation" not in layers[-1]:
+            cfg.layers[-1].activation = "auto"   # an output layer that names no loss gets the default one
         cfg.validate(source=source)
         return cfg
 

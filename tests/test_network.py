@@ -134,6 +134,11 @@ def test_output_activation_auto_resolves_by_sampling():
     # explicit choices stay as written
     soft = {"layers": [{"size": 8}, {"activation": "softmax"}]}
     assert Network(soft, num_features=20, num_labels=159).config.layers[-1].activation == "softmax"
+    # an output layer that names no activation gets auto (hidden layers keep relu), in YAML too
+    bare = Network({"layers": [{"size": 8}, {"size": None}]}, num_features=20, num_labels=159)
+    assert [l.activation for l in bare.config.layers] == ["relu", "sigmoid"]
+    linear = Network({"layers": [{"size": None}]}, num_features=20, num_labels=159)
+    assert linear.config.layers[-1].activation == "sigmoid"
 
 
 @pytest.mark.parametrize("layers,message", [
