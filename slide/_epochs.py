@@ -13,7 +13,6 @@ import numpy as np
 
 from ._arrays import _Arrays, _FitData, _Meter
 from .history import History
-from . import centroids as _centroids
 from .output_init import init_output_centroids
 
 log = logging.getLogger("slide")
@@ -175,7 +174,7 @@ class _EpochLoop:
         if valid is not None and self._track_best(rec["valid/P@1"], epoch, history) and self._choose_at_best:
             # centroid_weight auto: the weight the best network's validation logits choose, taken
             # when the search ends (before a refit that network's weights are not kept)
-            self._best_choice = _centroids.choose_weight(self, valid, self._centroids)
+            self._best_choice = self._choose_label_term(valid)
         history.records.append(rec)
         _call(cbs, "on_evaluate", self, rec)
 

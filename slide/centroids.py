@@ -12,6 +12,18 @@ classifier. With the default settings on the 12 shared real sets, ``auto`` chose
 on five (medical test P@1 0.8217 -> 0.8310) and 0 on seven; on the amazon-670k synthetic shape a
 weight of 16 raised test P@1 from 0.5151 to 0.5361 (README, Configuration; datasets/synthetic.md).
 
+Ridge label vectors (``layers[-1].centroid_kind``): in place of the centroids, each label's
+one-vs-rest ridge regression on the same L2-normalised rows (0/1 targets, penalty ``lambda``;
+:func:`build_ridge`), a dense features x labels matrix, so that ``x / |x|`` times the label's
+vector replaces ``cos(x, c_l)``. That is the per-label linear model that the linear XMC libraries
+train, fitted in closed form: on a problem whose points are few it ranks better than the
+centroids, and mixed with the network better than either. ``centroid_kind: auto`` (the default,
+with ``centroid_weight: auto``) tries the centroids and, on a problem within
+:func:`ridge_fits`, the ridge vectors at each penalty of :data:`RIDGE_LAMBDAS` (weights
+:data:`RIDGE_WEIGHTS`), and keeps the ridge vectors when their best weight gets at least one
+more validation point right than the centroids' best (:func:`choose`). With a set weight,
+``auto`` means the centroids; ``ridge`` with a set weight uses :data:`RIDGE_DEFAULT_LAMBDA`.
+
 ``centroid_weight: auto`` (the default) chooses ``w`` on validation data with
 :func:`choose_weight` (each weight of :data:`WEIGHTS`, and 0): the ``epochs: auto`` search
 chooses at each new best validation score and keeps the choice of its best epoch (of the
@@ -32,6 +44,7 @@ import logging
 from typing import Dict, Iterator, NamedTuple, Optional, Tuple
 
 import numpy as np
+import scipy.linalg as sla
 import scipy.sparse as sp
 
 from .scaling import normalize_rows
@@ -51,6 +64,53 @@ MAX_FEATURES = 32
 # The label-by-feature product is built this many stored products at a time (bounds the memory
 # of the sparse product on wide data).
 _BUILD_BLOCK = 1 << 24
+
+# centroid_kind ridge: the ridge penalties auto tries (the rows have unit length, so that the
+# penalty compares with a row's own contribution, 1), the one used without validation data,
+# and the weights tried besides 0 (the largest ones let the ridge scores rank alone).
+RIDGE_LAMBDAS = (0.1, 0.3, 1.0, 3.0)
+RIDGE_DEFAULT_LAMBDA = 0.3
+RIDGE_WEIGHTS = WEIGHTS + (256.0, 4096.0)
+# Ridge label vectors are dense (features x labels float32) and solved through a Cholesky
+# factor of min(points, features) squared: auto tries them only on a problem within both.
+RIDGE_MAX_DIM = 6000
+RIDGE_MAX_ENTRIES = 1 << 25
+# choose keeps the label vectors' validation scores between calls up to this many bytes
+SCORE_CACHE_BYTES = 1 << 28
+
+
+def ridge_fits(n: int, num_features: int, num_labels: int) -> bool:
+    """Whether the ridge label vectors of n points are small enough to build (see RIDGE_MAX_*)."""
+    return (num_labels <= FULL_LABELS and min(n, num_features) <= RIDGE_MAX_DIM
+            and num_features * num_labels <= RIDGE_MAX_ENTRIES)
+
+
+def build_ridge(x_indptr: np.ndarray, x_indices: np.ndarray, x_values: np.ndarray, y_indptr: np.ndarray,
+                y_indices: np.ndarray, num_features: int, num_labels: int,
+                lambdas=RIDGE_LAMBDAS) -> Dict[float, np.ndarray]:
+    """Each label's one-vs-rest ridge regression on the L2-normalised (scaled) rows, for each
+    penalty: ``W = argmin ||X W - Y||^2 + lambda ||W||^2`` (0/1 targets, no intercept), a dense
+    features x labels float32 matrix per penalty. Solved in the smaller of the two spaces:
+    ``(X^T X + lambda I)^-1 X^T Y`` or ``X^T (X X^T + lambda I)^-1 Y``."""
+    n = len(x_indptr) - 1
+    # float32 throughout (the Gram matrix of up to RIDGE_MAX_DIM^2 is the memory that counts):
+    # with unit rows and a penalty from 0.1 the systems are well conditioned
+    X = normalize_rows(sp.csr_matrix((x_values, x_indices, x_indptr), shape=(n, num_features)), "l2")
+    Y = sp.csr_matrix((np.ones(len(y_indices), dtype=np.float32), y_indices, y_indptr), shape=(n, num_labels))
+    dual = n <= num_features
+    G = (X @ X.T if dual else X.T @ X).toarray()
+    B = Y.toarray() if dual else (X.T @ Y).toarray()
+    work = np.empty_like(G, order="F")
+    diag = np.diag_indices(G.shape[0])
+    out = {}
+    for lam in lambdas:
+        work[...] = G
+        work[diag] += np.float32(lam)
+        A = sla.cho_solve(sla.cho_factor(work, lower=True, overwrite_a=True, check_finite=False), B,
+                          check_finite=False)
+        W = X.T @ A if dual else A
+        out[float(lam)] = np.ascontiguousarray(W, dtype=np.float32)
+    return out
 
 
 def _keep_largest(C: sp.csr_matrix, m: int) -> sp.csr_matrix:
@@ -108,10 +168,14 @@ class _Scores(NamedTuple):
 _GATHER_ROWS = 16
 
 
-def _query_scores(CT: sp.csr_matrix, x_indptr, x_indices, x_values):
+def _query_scores(CT, x_indptr, x_indices, x_values):
     """cos(x, c_l) of each row and label with a non-zero score: a CSR matrix, or for a few rows
-    the same as :class:`_Scores` arrays."""
+    the same as :class:`_Scores` arrays; with dense label vectors (ridge), a dense rows x labels
+    array of x / |x| times each vector."""
     n = len(x_indptr) - 1
+    if isinstance(CT, np.ndarray):
+        X = normalize_rows(sp.csr_matrix((x_values, x_indices, x_indptr - x_indptr[0]), shape=(n, CT.shape[0])), "l2")
+        return np.asarray(X @ CT, dtype=np.float32)
     if n > _GATHER_ROWS:
         X = normalize_rows(sp.csr_matrix((x_values, x_indices, x_indptr - x_indptr[0]), shape=(n, CT.shape[0])), "l2")
         S = (X @ CT).tocsr()
@@ -171,7 +235,9 @@ def pools(net, arrays, CT: sp.csr_matrix, mode: str = "exact", k: int = 1,
                 z = core.label_logits(ip, ix, xv, np.arange(m + 1, dtype=np.int64) * L,
                                       np.tile(np.arange(L, dtype=np.int32), m))
             z = z.reshape(-1)
-            if isinstance(S, _Scores):
+            if isinstance(S, np.ndarray):
+                dense = S
+            elif isinstance(S, _Scores):
                 dense = np.zeros((m, L), dtype=np.float32)
                 dense[np.repeat(np.arange(m), np.diff(S.indptr)), S.indices] = S.data
             else:
@@ -261,3 +327,78 @@ def choose_weight(net, valid, CT: sp.csr_matrix, weights=WEIGHTS) -> Tuple[float
         if hits[j] >= hits[best] + (1 if best == 0 else 1e-9):
             best = j
     return ws[best], p1
+
+
+class Choice(NamedTuple):
+    """What ``centroid_weight: auto`` chose: the weight, the validation P@1 of each weight tried
+    with the chosen label vectors, their kind (mean | ridge) and the ridge penalty (None: mean)."""
+    weight: float
+    p1: Dict[float, float]
+    kind: str
+    lam: Optional[float]
+
+
+def _hits_full(net, valid, candidates) -> list:
+    """(weights, validation hits at P@1 of each) per candidate, the weights 0 first, on a layer
+    of at most FULL_LABELS labels: the network's logits computed once per chunk for all."""
+    core, L = net._core, int(net.num_labels)
+    grids = [[0.0] + [float(w) for w in (RIDGE_WEIGHTS if kind == "ridge" else WEIGHTS)] for kind, _, _ in candidates]
+    # The label vectors' scores of the validation rows do not change while a search chooses at
+    # each new best: kept on the network (up to SCORE_CACHE_BYTES) for the same rows and vectors.
+    key = [valid] + [CT for _, _, CT in candidates]
+    cached = getattr(net, "_score_cache", None)
+    cache = cached[1] if cached is not None and len(cached[0]) == len(key) and all(
+        a is b for a, b in zip(cached[0], key)) else None
+    store = {} if cache is None and valid.n * L * len(candidates) * 4 <= SCORE_CACHE_BYTES else None
+    hits = [np.zeros(len(g)) for g in grids]
+    rows_per_chunk = max(1, min(1024, (1 << 18) // L))
+    for s, e, ip, ix, xv in _chunks(valid, rows_per_chunk):
+        m = e - s
+        z = core.all_logits(ip, ix, xv)
+        if z is None:
+            z = core.label_logits(ip, ix, xv, np.arange(m + 1, dtype=np.int64) * L,
+                                  np.tile(np.arange(L, dtype=np.int32), m))
+        z = np.asarray(z, dtype=np.float64).reshape(m, L)
+        truth = np.zeros((m, L), dtype=bool)
+        lo, hi = valid.y_indptr[s], valid.y_indptr[e]
+        truth[np.repeat(np.arange(m), np.diff(valid.y_indptr[s:e + 1])), valid.y_indices[lo:hi]] = True
+        for c, ((_, _, CT), grid, h) in enumerate(zip(candidates, grids, hits)):
+            if cache is not None:
+                S = cache[s, c]
+            else:
+                S = _query_scores(CT, ip, ix, xv)
+                S = S if isinstance(S, np.ndarray) else S.toarray() if sp.issparse(S) else _dense(S, m, L)
+                if store is not None:
+                    store[s, c] = S
+            for j, w in enumerate(grid):
+                h[j] += float(truth[np.arange(m), np.argmax(z + w * S, axis=1)].sum())
+    if store is not None:
+        net._score_cache = (key, store)
+    return list(zip(grids, hits))
+
+
+def _dense(S: _Scores, m: int, L: int) -> np.ndarray:
+    out = np.zeros((m, L), dtype=np.float32)
+    out[np.repeat(np.arange(m), np.diff(S.indptr)), S.indices] = S.data
+    return out
+
+
+def choose(net, valid, candidates) -> Choice:
+    """The best of ``candidates`` ((kind, lambda, label vectors), the label centroids first) by
+    validation P@1: for each, its weight as :func:`choose_weight` picks it (at least one more
+    validation point right than 0, ties to the smaller); a later candidate replaces the leader
+    only by at least one more validation point right, so that ties keep the centroids."""
+    if int(net.num_labels) > FULL_LABELS:   # the centroids alone (ridge needs a narrow layer)
+        (kind, lam, CT), = candidates
+        weight, p1 = choose_weight(net, valid, CT, WEIGHTS)
+        return Choice(weight, p1, kind, lam)
+    best, best_hits = None, -1.0
+    for (kind, lam, _), (grid, hits) in zip(candidates, _hits_full(net, valid, candidates)):
+        j = 0
+        for i in range(1, len(grid)):
+            if hits[i] >= hits[j] + (1 if j == 0 else 1e-9):
+                j = i
+        if best is None or hits[j] >= best_hits + 1:
+            p1 = {w: float(h / max(1, valid.n)) for w, h in zip(grid, hits)}
+            best, best_hits = Choice(grid[j], p1, kind, lam), hits[j]
+    return best

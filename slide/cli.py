@@ -234,7 +234,9 @@ def cmd_train(args) -> int:
         kept = f"kept epoch {summary['kept_epoch']}"
     if summary.get("centroid_weight"):
         how = " (by validation)" if summary.get("centroid_search") else ""
-        kept += f"; label-centroid weight {summary['centroid_weight']:g}{how}"
+        ridge = (f" on ridge label vectors (lambda {summary['ridge_lambda']:g})"
+                 if summary.get("centroid_kind") == "ridge" else "")
+        kept += f"; label-centroid weight {summary['centroid_weight']:g}{ridge}{how}"
     if summary.get("standardized"):
         kept += "; features standardized (dense input)"
     ranks = summary.get("ranks", 1)

@@ -100,6 +100,11 @@ class LayerConfig:
                                                     "the training input (slide.centroids); auto = chosen on "
                                                     "validation data (off without it), 0 = off",
                                              min=0.0, auto=True)
+    centroid_kind: str = _f("auto", "output layer only: the label vectors of that term: mean (the label "
+                                    "centroids, cosine) | ridge (each label's ridge regression on the scaled "
+                                    "input rows: dense, for small problems) | auto (with centroid_weight auto: "
+                                    "chosen on validation, ridge tried where it fits; with a set weight: mean)",
+                            choices=("auto", "mean", "ridge"))
 
 
 def _default_layers() -> List[LayerConfig]:
@@ -294,6 +299,8 @@ class Config:
                     if last else "centroid is only allowed on the last (output) layer")
             if not last and layer.centroid_weight not in ("auto", 0.0):
                 err(f"layers.{i}.centroid_weight", "the label-centroid term belongs to the last (output) layer")
+            if not last and layer.centroid_kind != "auto":
+                err(f"layers.{i}.centroid_kind", "the label-centroid term belongs to the last (output) layer")
             if layer.precision == "bf16" and 0 < i < len(self.layers) - 1:
                 err(f"layers.{i}.precision",
                     "bf16 is supported on the first layer and the output layer, not on middle hidden layers")

@@ -32,6 +32,8 @@ class History:
         # this fit, the validation P@1 of each weight tried (slide.centroids).
         self.centroid_weight: float = 0.0
         self.centroid_search: Dict[float, float] = {}
+        # the label vectors centroid_weight auto chose (mean | ridge; None: the term is off)
+        self.centroid_kind: Optional[str] = None
 
     def __len__(self) -> int:
         return len(self.records)

@@ -86,7 +86,8 @@ def maybe_search(net, split, data) -> List[Dict[str, Any]]:
             d["training"]["refit"] = False
             d["training"]["restore_best"] = False
             child = Network(d)   # the same seed, rows and rules: at factor 1 it repeats net's search
-            child._keep_choice, child._centroids = True, net._centroids   # slide.centroids: see below
+            # slide.centroids: the parent's label vectors (see below)
+            child._keep_choice, child._centroids, child._ridge = True, net._centroids, net._ridge
             # the parent's feature statistics (of all of train), not those of the rows it searches on
             child._standard, child._standard_fixed = net._standard, True
             child.fit((split.X, split.Y), valid=(split.Xv, split.Yv), epochs="auto")

@@ -158,10 +158,16 @@ class Network(_EpochLoop):
         # The label-centroid term (slide.centroids): its weight once fixed (None: not chosen yet,
         # 0: off) and the feature-by-label centroid matrix while the weight is above 0.
         self._centroid_weight: Optional[float] = None
-        self._centroids: Optional[sp.csr_matrix] = None
+        self._centroids = None   # sparse feature-by-label centroids, or dense ridge label vectors
+        # the label vectors' kind once fixed (mean | ridge; None: not chosen yet) and ridge penalty
+        self._centroid_kind: Optional[str] = None
+        self._ridge_lambda: Optional[float] = None
+        # centroid_kind auto while choosing: the ridge label vectors by penalty (points trained on)
+        self._ridge: Optional[Dict[float, np.ndarray]] = None
+        self._score_cache = None   # slide.centroids.choose: validation scores of the label vectors
         self._choose_at_best = False   # fit decides: choose the centroid weight at each new best
-        # centroid_weight auto: (weight, validation P@1 by weight) at the search's best epoch
-        self._best_choice: Optional[Tuple[float, Dict[float, float]]] = None
+        # centroid_weight auto: the choice (slide.centroids.Choice) at the search's best epoch
+        self._best_choice: Optional[_centroids.Choice] = None
         self._keep_choice = False     # an lr_search child: leaves its choice to the parent
         self._label_counts: Optional[np.ndarray] = None
         self._num_train_points = 0
@@ -247,6 +253,13 @@ class Network(_EpochLoop):
             raise ValueError("centroid_weight: this network has no label centroids (it was trained with the "
                              "term off); train it with layers[-1].centroid_weight set to a number or auto")
         self._centroid_weight = float(weight)
+
+    @property
+    def centroid_kind(self) -> Optional[str]:
+        """The label vectors of the label-centroid term: ``mean`` (the label centroids) or
+        ``ridge`` (per-label ridge regressions, :func:`slide.centroids.build_ridge`); None while
+        not chosen."""
+        return self._centroid_kind
 
     @property
     def label_counts(self) -> Optional[np.ndarray]:
@@ -478,8 +491,13 @@ class Network(_EpochLoop):
         weight = self.config.layers[-1].centroid_weight
         if weight != "auto" and self._centroid_weight is None:
             self._centroid_weight = float(weight)
+        if weight != "auto" and self._centroid_kind is None:
+            # a set weight: the kind asked for (auto: the centroids), ridge at its default penalty
+            ridge = self.config.layers[-1].centroid_kind == "ridge"
+            self._centroid_kind = "ridge" if ridge else "mean"
+            self._ridge_lambda = _centroids.RIDGE_DEFAULT_LAMBDA if ridge else None
         # the centroids of the points this phase trains on (all of train in a refit)
-        if (self._centroid_weight or self._choose_at_best) and self._centroids is None:
+        if (self._centroid_weight or self._choose_at_best) and self._centroids is None and self._ridge is None:
             self._build_centroids(data.full if self._phase == "refit" else data.fit)
         # epochs=auto: how long the search runs is not known in advance (no total on the bar)
         self._progress_total_samples = (self._remaining_samples(data.fit, epochs) if not auto
@@ -599,14 +617,47 @@ class Network(_EpochLoop):
         return _FitData(fit_arrays, full_arrays, valid_arrays, test_arrays)
 
     def _build_centroids(self, arrays: _Arrays) -> None:
-        """The label centroids of the training arrays the network trains on (counts as training time)."""
+        """The label vectors of the training arrays the network trains on (counts as training
+        time): those of the kind chosen, or while ``centroid_kind: auto`` chooses, the centroids
+        and (on a problem small enough, ``slide.centroids.ridge_fits``) the ridge vectors of
+        every penalty it tries."""
         t = time.perf_counter()
-        wide = self.num_labels > _centroids.FULL_LABELS
-        self._centroids = _centroids.build(arrays.x_indptr, arrays.x_indices, arrays.x_values, arrays.y_indptr,
-                                           arrays.y_indices, self.num_features, self.num_labels,
-                                           max_features=_centroids.MAX_FEATURES if wide else None)
+        nf, nl = self.num_features, self.num_labels
+        asked = self.config.layers[-1].centroid_kind
+        kind = self._centroid_kind
+        if (kind == "ridge" or asked == "ridge") and not _centroids.ridge_fits(arrays.n, nf, nl):
+            raise ConfigError(
+                f"layers.{len(self.config.layers) - 1}.centroid_kind: ridge label vectors need at most "
+                f"{_centroids.FULL_LABELS} labels, min(points, features) <= {_centroids.RIDGE_MAX_DIM} and "
+                f"features x labels <= {_centroids.RIDGE_MAX_ENTRIES}; this problem has {arrays.n} points, "
+                f"{nf} features and {nl} labels: use mean or auto")
+        if kind is not None:   # chosen (or set with the weight): that kind only
+            ridge_lambdas = [self._ridge_lambda] if kind == "ridge" else []
+        elif asked == "ridge" or (asked == "auto" and _centroids.ridge_fits(arrays.n, nf, nl)):
+            ridge_lambdas = list(_centroids.RIDGE_LAMBDAS)
+        else:
+            ridge_lambdas = []
+        ridge = (_centroids.build_ridge(arrays.x_indptr, arrays.x_indices, arrays.x_values, arrays.y_indptr,
+                                        arrays.y_indices, nf, nl, ridge_lambdas) if ridge_lambdas else None)
+        if kind == "ridge":
+            self._centroids, self._ridge = ridge[self._ridge_lambda], None
+        else:
+            self._ridge = ridge
+            if asked != "ridge":
+                self._centroids = _centroids.build(
+                    arrays.x_indptr, arrays.x_indices, arrays.x_values, arrays.y_indptr, arrays.y_indices, nf, nl,
+                    max_features=_centroids.MAX_FEATURES if nl > _centroids.FULL_LABELS else None)
         self._train_seconds += time.perf_counter() - t
-        log.debug("label centroids: %d non-zeros built in %.2f s", self._centroids.nnz, time.perf_counter() - t)
+        log.debug("label vectors (%s) built in %.2f s", kind or asked, time.perf_counter() - t)
+
+    def _centroid_candidates(self):
+        """(kind, penalty, label vectors) that centroid_weight auto chooses among."""
+        out = [] if self._centroids is None or self.config.layers[-1].centroid_kind == "ridge" else [
+            ("mean", None, self._centroids)]
+        return out + [("ridge", lam, W) for lam, W in sorted((self._ridge or {}).items())]
+
+    def _choose_label_term(self, valid: _Arrays) -> "_centroids.Choice":
+        return _centroids.choose(self, valid, self._centroid_candidates())
 
     def _centroid_pending(self, data: "_FitData") -> bool:
         """``centroid_weight: auto`` not yet chosen, and something to choose it on."""
@@ -623,19 +674,24 @@ class Network(_EpochLoop):
         if not self._centroid_pending(data):
             self._centroid_weight = 0.0
             return
-        if self._centroids is None:
+        if self._centroids is None and self._ridge is None:
             self._build_centroids(data.fit)
         t = time.perf_counter()
-        weight, p1 = self._best_choice or _centroids.choose_weight(self, data.valid, self._centroids)
+        weight, p1, kind, lam = self._best_choice or self._choose_label_term(data.valid)
         self._train_seconds += time.perf_counter() - t
         self._centroid_weight = weight
         self._choose_at_best = False
         self._best_choice = None
         history.centroid_search = p1
+        history.centroid_kind = kind if weight else None
+        self._centroid_kind, self._ridge_lambda = kind, lam
+        if kind == "ridge":
+            self._centroids = self._ridge[lam]
+        self._ridge = self._score_cache = None
         if not weight:
             self._centroids = None
-        log.info("label-centroid weight %g chosen on validation (P@1 %.4f against %.4f without)", weight,
-                 p1[weight], p1[0.0])
+        log.info("label-centroid weight %g%s chosen on validation (P@1 %.4f against %.4f without)", weight,
+                 f" (ridge, lambda {lam:g})" if kind == "ridge" else "", p1[weight], p1[0.0])
 
     def _set_parameters(self, params: Dict[str, np.ndarray], rebuild_tables: bool = True) -> None:
         views = self._core.parameters()

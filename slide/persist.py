@@ -51,9 +51,12 @@ def state_meta(net) -> Dict[str, Any]:
         "history": net.history.to_dict(),
         "next_rebuild": int(net._core.next_rebuild),
         "centroid_weight": net._centroid_weight,
+        "centroid_kind": net._centroid_kind,
+        "ridge_lambda": net._ridge_lambda,
         # centroid_weight auto during a search: the choice of its best epoch so far
         "centroid_choice": (None if net._best_choice is None else
-                            [net._best_choice[0], [[w, p] for w, p in net._best_choice[1].items()]]),
+                            [net._best_choice.weight, [[w, p] for w, p in net._best_choice.p1.items()],
+                             net._best_choice.kind, net._best_choice.lam]),
     }
 
 def restore_schedule(net, sched: Optional[Dict[str, Any]]) -> None:
@@ -84,13 +87,26 @@ def restore_centroids(net, meta: Dict[str, Any], data: Dict[str, np.ndarray]) ->
                                or not 0 <= weight < float("inf")):
         raise ValueError(f"centroid_weight must be a number >= 0 or null, got {weight!r}")
     net._centroid_weight = None if weight is None else float(weight)
+    # files from before centroid_kind existed hold label centroids
+    kind, lam = meta.get("centroid_kind", "mean" if weight is not None else None), meta.get("ridge_lambda")
+    if kind not in (None, "mean", "ridge") or (kind == "ridge") != (lam is not None) or (
+            lam is not None and (not isinstance(lam, (int, float)) or isinstance(lam, bool) or not lam > 0)):
+        raise ValueError(f"centroid_kind must be mean, or ridge with a ridge_lambda > 0; got {kind!r} "
+                         f"with ridge_lambda {lam!r}")
+    net._centroid_kind, net._ridge_lambda = kind, None if lam is None else float(lam)
     choice = meta.get("centroid_choice")
     if choice is not None:
+        from .centroids import Choice
+
         try:
-            w, table = choice
-            net._best_choice = (float(w), {float(k): float(p) for k, p in table})
+            w, table, ckind, clam = choice if len(choice) == 4 else (*choice, "mean", None)
+            if ckind not in ("mean", "ridge") or (ckind == "ridge") != (clam is not None):
+                raise ValueError
+            net._best_choice = Choice(float(w), {float(k): float(p) for k, p in table}, ckind,
+                                      None if clam is None else float(clam))
         except (TypeError, ValueError):
-            raise ValueError(f"centroid_choice must be [weight, [[weight, P@1], ...]], got {choice!r}") from None
+            raise ValueError(f"centroid_choice must be [weight, [[weight, P@1], ...], kind, ridge_lambda], "
+                             f"got {choice!r}") from None
     if not weight:
         return
     try:
@@ -105,7 +121,8 @@ def restore_centroids(net, meta: Dict[str, Any], data: Dict[str, np.ndarray]) ->
     except (ValueError, TypeError) as e:
         raise ValueError(f"centroids: not a {nf} x {nl} sparse matrix ({e})") from None
     _check_structure(centroids, "centroids", check_values=True)
-    net._centroids = centroids
+    # ridge label vectors are dense in memory (stored sparse, like the centroids)
+    net._centroids = centroids.toarray() if kind == "ridge" else centroids
 
 
 def table_arrays(net) -> Dict[str, np.ndarray]:
@@ -176,8 +193,9 @@ def _network_arrays(net, extra_meta: Optional[Dict[str, Any]] = None) -> Dict[st
     if net._label_counts is not None:
         arrays["label_counts"] = net._label_counts
     if net._centroids is not None and net._centroid_weight:
+        C = net._centroids if sp.issparse(net._centroids) else sp.csr_matrix(net._centroids)
         for name in ("data", "indices", "indptr"):
-            arrays[f"centroids/{name}"] = getattr(net._centroids, name)
+            arrays[f"centroids/{name}"] = getattr(C, name)
     arrays.update(table_arrays(net))
     return arrays
 

@@ -707,6 +707,8 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
         "lr": float(net.config.optimizer.lr),
         "lr_search": list(getattr(history, "lr_search", []) or []),
         "centroid_weight": net.centroid_weight,
+        "centroid_kind": net.centroid_kind if net.centroid_weight else None,
+        "ridge_lambda": net._ridge_lambda if net.centroid_weight and net.centroid_kind == "ridge" else None,
         "standardized": net.standardized,
         "centroid_search": {str(w): p for w, p in (getattr(history, "centroid_search", None) or {}).items()},
         "kept_epoch": kept_epoch,
