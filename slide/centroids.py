@@ -9,8 +9,8 @@ no training. A row ``x`` then ranks label ``l`` by
 where ``z_l`` is the output layer's logit and ``w`` the centroid weight. The network sees the
 input only through its hidden layer; the centroid term scores it directly, like a nearest-centroid
 classifier. With the default settings on the 12 shared real sets, ``auto`` chose a weight above 0
-on seven (ridge vectors on five: medical test P@1 0.8217 alone, 0.8310 with the centroids, 0.8496
-with ridge vectors; README, Configuration) and 0 on five; on the amazon-670k synthetic shape a
+on six (ridge vectors on three: medical test P@1 0.8217 alone, 0.8310 with the centroids, 0.8496
+with ridge vectors; README, Configuration) and 0 on six; on the amazon-670k synthetic shape a
 weight of 16 raised test P@1 from 0.5151 to 0.5361 (README, Configuration; datasets/synthetic.md).
 
 Ridge label vectors (``layers[-1].centroid_kind``): in place of the centroids, each label's
@@ -21,8 +21,8 @@ train, fitted in closed form: on a problem whose points are few it ranks better 
 centroids, and mixed with the network better than either. ``centroid_kind: auto`` (the default,
 with ``centroid_weight: auto``) tries the centroids and, on a problem within
 :func:`ridge_fits`, the ridge vectors at each penalty of :data:`RIDGE_LAMBDAS` (weights
-:data:`RIDGE_WEIGHTS`), and keeps the ridge vectors when their best weight gets at least one
-more validation point right than the centroids' best (:func:`choose`). With a set weight,
+:data:`RIDGE_WEIGHTS`), and keeps the ridge vectors when their best weight beats the centroids'
+best by one standard error of the paired difference on the validation rows (:func:`choose`). With a set weight,
 ``auto`` means the centroids; ``ridge`` with a set weight uses :data:`RIDGE_DEFAULT_LAMBDA`.
 
 ``centroid_weight: auto`` (the default) chooses ``w`` on validation data with
@@ -340,8 +340,9 @@ class Choice(NamedTuple):
 
 
 def _hits_full(net, valid, candidates) -> list:
-    """(weights, validation hits at P@1 of each) per candidate, the weights 0 first, on a layer
-    of at most FULL_LABELS labels: the network's logits computed once per chunk for all."""
+    """(weights, validation rows right at P@1: a weights x rows boolean matrix) per candidate,
+    the weight 0 first, on a layer of at most FULL_LABELS labels: the network's logits computed
+    once per chunk for all."""
     core, L = net._core, int(net.num_labels)
     grids = [[0.0] + [float(w) for w in (RIDGE_WEIGHTS if kind == "ridge" else WEIGHTS)] for kind, _, _ in candidates]
     # The label vectors' scores of the validation rows do not change while a search chooses at
@@ -351,7 +352,7 @@ def _hits_full(net, valid, candidates) -> list:
     cache = cached[1] if cached is not None and len(cached[0]) == len(key) and all(
         a is b for a, b in zip(cached[0], key)) else None
     store = {} if cache is None and valid.n * L * len(candidates) * 4 <= SCORE_CACHE_BYTES else None
-    hits = [np.zeros(len(g)) for g in grids]
+    hits = [np.zeros((len(g), valid.n), dtype=bool) for g in grids]
     rows_per_chunk = max(1, min(1024, (1 << 18) // L))
     for s, e, ip, ix, xv in _chunks(valid, rows_per_chunk):
         m = e - s
@@ -372,7 +373,7 @@ def _hits_full(net, valid, candidates) -> list:
                 if store is not None:
                     store[s, c] = S
             for j, w in enumerate(grid):
-                h[j] += float(truth[np.arange(m), np.argmax(z + w * S, axis=1)].sum())
+                h[j, s:e] = truth[np.arange(m), np.argmax(z + w * S, axis=1)]
     if store is not None:
         net._score_cache = (key, store)
     return list(zip(grids, hits))
@@ -387,19 +388,27 @@ def _dense(S: _Scores, m: int, L: int) -> np.ndarray:
 def choose(net, valid, candidates) -> Choice:
     """The best of ``candidates`` ((kind, lambda, label vectors), the label centroids first) by
     validation P@1: for each, its weight as :func:`choose_weight` picks it (at least one more
-    validation point right than 0, ties to the smaller); a later candidate replaces the leader
-    only by at least one more validation point right, so that ties keep the centroids."""
+    validation point right than 0, ties to the smaller). A later candidate replaces the leader
+    only when it is right on ``b`` validation rows where the leader is wrong and wrong on ``c``
+    where the leader is right with ``b - c >= max(1, sqrt(b + c))``: one standard error of the
+    paired difference (a McNemar test at one sigma), so that the 40 ridge options do not win on
+    the noise of a few rows (see the module doc)."""
     if int(net.num_labels) > FULL_LABELS:   # the centroids alone (ridge needs a narrow layer)
         (kind, lam, CT), = candidates
         weight, p1 = choose_weight(net, valid, CT, WEIGHTS)
         return Choice(weight, p1, kind, lam)
-    best, best_hits = None, -1.0
-    for (kind, lam, _), (grid, hits) in zip(candidates, _hits_full(net, valid, candidates)):
+    best, best_rows = None, None
+    for (kind, lam, _), (grid, right) in zip(candidates, _hits_full(net, valid, candidates)):
+        hits = right.sum(axis=1)
         j = 0
         for i in range(1, len(grid)):
             if hits[i] >= hits[j] + (1 if j == 0 else 1e-9):
                 j = i
-        if best is None or hits[j] >= best_hits + 1:
-            p1 = {w: float(h / max(1, valid.n)) for w, h in zip(grid, hits)}
-            best, best_hits = Choice(grid[j], p1, kind, lam), hits[j]
+        if best is not None:
+            b = int(np.count_nonzero(right[j] & ~best_rows))
+            c = int(np.count_nonzero(~right[j] & best_rows))
+            if b - c < max(1.0, float(np.sqrt(b + c))):
+                continue
+        p1 = {w: float(h / max(1, valid.n)) for w, h in zip(grid, hits)}
+        best, best_rows = Choice(grid[j], p1, kind, lam), right[j]
     return best

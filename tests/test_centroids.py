@@ -452,3 +452,29 @@ def test_a_file_from_before_centroid_kind_loads_as_centroids(tmp_path):
     np.savez(tmp_path / "bad.npz", **arrays)
     with pytest.raises(ValueError, match=r"bad\.npz: centroid_kind must be mean, or ridge with a ridge_lambda > 0"):
         slide.Network.load(tmp_path / "bad.npz")
+
+
+@pytest.mark.parametrize("gained,lost,replaced", [(8, 4, True), (5, 3, False), (1, 0, True), (0, 0, False)])
+def test_ridge_replaces_the_centroids_by_one_standard_error_of_the_paired_difference(monkeypatch, gained, lost,
+                                                                                        replaced):
+    """choose: the ridge option must be right on b rows where the centroids' choice is wrong and
+    wrong on c where it is right with b - c >= max(1, sqrt(b + c)): +2 rows of 8 that differ stay
+    with the centroids, +4 of 12 switch."""
+    from types import SimpleNamespace
+
+    n = 100
+    mean = np.zeros((len(centroids.WEIGHTS) + 1, n), dtype=bool)
+    mean[:, :50] = True                      # 50 right at every weight: weight 0 is kept
+    ridge = np.zeros((len(centroids.RIDGE_WEIGHTS) + 1, n), dtype=bool)
+    ridge[:, :50] = True
+    ridge[3, 50:50 + gained] = True          # weight RIDGE_WEIGHTS[2]: gains some rows, loses others
+    ridge[3, :lost] = False
+    grids = [[0.0, *centroids.WEIGHTS], [0.0, *centroids.RIDGE_WEIGHTS]]
+    monkeypatch.setattr(centroids, "_hits_full", lambda net, valid, cands: list(zip(grids, [mean, ridge])))
+    got = centroids.choose(SimpleNamespace(num_labels=10), SimpleNamespace(n=n),
+                           [("mean", None, None), ("ridge", 0.3, None)])
+    if replaced and gained > lost:
+        assert (got.kind, got.lam, got.weight) == ("ridge", 0.3, centroids.RIDGE_WEIGHTS[2])
+        assert got.p1[got.weight] == (50 + gained - lost) / n
+    else:
+        assert (got.kind, got.weight) == ("mean", 0.0) and got.p1[0.0] == 0.5
