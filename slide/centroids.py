@@ -208,6 +208,35 @@ def _chunks(arrays, rows_per_chunk: int) -> Iterator[Tuple[int, int, np.ndarray,
         yield s, e, np.ascontiguousarray(arrays.x_indptr[s:e + 1] - a), arrays.x_indices[a:b], arrays.x_values[a:b]
 
 
+def _all_logits(core, ip, ix, xv, m: int, L: int) -> np.ndarray:
+    """Every label's logit for m rows: the batched dense path where the network has it."""
+    z = core.all_logits(ip, ix, xv)
+    if z is None:
+        z = core.label_logits(ip, ix, xv, np.arange(m + 1, dtype=np.int64) * L, np.tile(np.arange(L, dtype=np.int32), m))
+    return np.asarray(z)
+
+
+def _dense(S, m: int, L: int) -> np.ndarray:
+    """The scores of :func:`_query_scores` as a dense m x L array."""
+    if isinstance(S, np.ndarray):
+        return S
+    if sp.issparse(S):
+        return S.toarray()
+    out = np.zeros((m, L), dtype=np.float32)
+    out[np.repeat(np.arange(m), np.diff(S.indptr)), S.indices] = S.data
+    return out
+
+
+def _pick_weight(hits) -> int:
+    """The index of the weight kept from validation hits by weight (the weight 0 first): the
+    most hits, above 0 only by at least one more validation point, ties to the smaller."""
+    best = 0
+    for j in range(1, len(hits)):
+        if hits[j] >= hits[best] + (1 if best == 0 else 1e-9):
+            best = j
+    return best
+
+
 def _row_top(rows: np.ndarray, keys: np.ndarray, scores: np.ndarray, m: int, k: int) -> np.ndarray:
     """Positions of each row's k best entries (higher score first, ties to the lower key), in
     row order: entries are grouped by ``rows`` (ascending) already."""
@@ -231,19 +260,8 @@ def pools(net, arrays, CT: sp.csr_matrix, mode: str = "exact", k: int = 1,
         m = e - s
         S = _query_scores(CT, ip, ix, xv)
         if full:
-            z = core.all_logits(ip, ix, xv)   # the batched dense path, where the network has it
-            if z is None:
-                z = core.label_logits(ip, ix, xv, np.arange(m + 1, dtype=np.int64) * L,
-                                      np.tile(np.arange(L, dtype=np.int32), m))
-            z = z.reshape(-1)
-            if isinstance(S, np.ndarray):
-                dense = S
-            elif isinstance(S, _Scores):
-                dense = np.zeros((m, L), dtype=np.float32)
-                dense[np.repeat(np.arange(m), np.diff(S.indptr)), S.indices] = S.data
-            else:
-                dense = S.toarray()
-            yield s, e, None, None, z, dense.reshape(-1).astype(np.float32)
+            z = _all_logits(core, ip, ix, xv, m, L).reshape(-1)
+            yield s, e, None, None, z, _dense(S, m, L).reshape(-1).astype(np.float32)
             continue
         top, _ = core.predict_topk(ip, ix, xv, pool, mode, **query)
         s_rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(S.indptr))
@@ -323,11 +341,7 @@ def choose_weight(net, valid, CT: sp.csr_matrix, weights=WEIGHTS) -> Tuple[float
             rows, _, _, best = _best(e - s, L, cip, cand, z64 + w * sv, 1)
             hits[j] += float(np.isin((s + rows) * L + best, truth).sum())
     p1 = {w: float(h / max(1, valid.n)) for w, h in zip(ws, hits)}
-    best = 0
-    for j in range(1, len(ws)):
-        if hits[j] >= hits[best] + (1 if best == 0 else 1e-9):
-            best = j
-    return ws[best], p1
+    return ws[_pick_weight(hits)], p1
 
 
 class Choice(NamedTuple):
@@ -348,7 +362,7 @@ def _hits_full(net, valid, candidates) -> list:
     # The label vectors' scores of the validation rows do not change while a search chooses at
     # each new best: kept on the network (up to SCORE_CACHE_BYTES) for the same rows and vectors.
     key = [valid] + [CT for _, _, CT in candidates]
-    cached = getattr(net, "_score_cache", None)
+    cached = net._score_cache
     cache = cached[1] if cached is not None and len(cached[0]) == len(key) and all(
         a is b for a, b in zip(cached[0], key)) else None
     store = {} if cache is None and valid.n * L * len(candidates) * 4 <= SCORE_CACHE_BYTES else None
@@ -356,11 +370,7 @@ def _hits_full(net, valid, candidates) -> list:
     rows_per_chunk = max(1, min(1024, (1 << 18) // L))
     for s, e, ip, ix, xv in _chunks(valid, rows_per_chunk):
         m = e - s
-        z = core.all_logits(ip, ix, xv)
-        if z is None:
-            z = core.label_logits(ip, ix, xv, np.arange(m + 1, dtype=np.int64) * L,
-                                  np.tile(np.arange(L, dtype=np.int32), m))
-        z = np.asarray(z, dtype=np.float64).reshape(m, L)
+        z = _all_logits(core, ip, ix, xv, m, L).astype(np.float64).reshape(m, L)
         truth = np.zeros((m, L), dtype=bool)
         lo, hi = valid.y_indptr[s], valid.y_indptr[e]
         truth[np.repeat(np.arange(m), np.diff(valid.y_indptr[s:e + 1])), valid.y_indices[lo:hi]] = True
@@ -368,8 +378,7 @@ def _hits_full(net, valid, candidates) -> list:
             if cache is not None:
                 S = cache[s, c]
             else:
-                S = _query_scores(CT, ip, ix, xv)
-                S = S if isinstance(S, np.ndarray) else S.toarray() if sp.issparse(S) else _dense(S, m, L)
+                S = _dense(_query_scores(CT, ip, ix, xv), m, L)
                 if store is not None:
                     store[s, c] = S
             for j, w in enumerate(grid):
@@ -377,12 +386,6 @@ def _hits_full(net, valid, candidates) -> list:
     if store is not None:
         net._score_cache = (key, store)
     return list(zip(grids, hits))
-
-
-def _dense(S: _Scores, m: int, L: int) -> np.ndarray:
-    out = np.zeros((m, L), dtype=np.float32)
-    out[np.repeat(np.arange(m), np.diff(S.indptr)), S.indices] = S.data
-    return out
 
 
 def choose(net, valid, candidates) -> Choice:
@@ -400,10 +403,7 @@ def choose(net, valid, candidates) -> Choice:
     best, best_rows = None, None
     for (kind, lam, _), (grid, right) in zip(candidates, _hits_full(net, valid, candidates)):
         hits = right.sum(axis=1)
-        j = 0
-        for i in range(1, len(grid)):
-            if hits[i] >= hits[j] + (1 if j == 0 else 1e-9):
-                j = i
+        j = _pick_weight(hits)
         if best is not None:
             b = int(np.count_nonzero(right[j] & ~best_rows))
             c = int(np.count_nonzero(~right[j] & best_rows))

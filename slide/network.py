@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 import warnings
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -28,6 +27,7 @@ import scipy.sparse as sp
 from . import callbacks as _callbacks
 from . import centroids as _centroids
 from ._epochs import _EpochLoop, _call
+from ._label_term import _LabelTerm
 from . import lr_search as _lr_search
 from . import memory as _memory
 from . import persist as _persist
@@ -82,7 +82,7 @@ def _core_module():
     return _core
 
 
-class Network(_EpochLoop):
+class Network(_EpochLoop, _LabelTerm):
     """A sparse network for extreme multi-label classification.
 
     ``Network(config=None, *, num_features=None, num_labels=None, **overrides)``
@@ -236,30 +236,6 @@ class Network(_EpochLoop):
         """Whether this network standardizes its input features (``data.standardize``): fixed by
         the first training data, and kept by the model file."""
         return self._standard is not None
-
-    @property
-    def centroid_weight(self) -> float:
-        """The weight of the label-centroid term in predictions (0 = off; slide.centroids).
-        Settable: e.g. 0 to serve the network alone, or another weight for a network that has
-        the centroids (trained with the term on); fit does not change a weight set here."""
-        return float(self._centroid_weight or 0.0)
-
-    @centroid_weight.setter
-    def centroid_weight(self, weight: float) -> None:
-        if isinstance(weight, bool) or not isinstance(weight, (int, float, np.floating, np.integer)) \
-                or not 0 <= float(weight) < float("inf"):
-            raise ValueError(f"centroid_weight: expected a number >= 0, got {weight!r}")
-        if weight > 0 and self._centroids is None:
-            raise ValueError("centroid_weight: this network has no label centroids (it was trained with the "
-                             "term off); train it with layers[-1].centroid_weight set to a number or auto")
-        self._centroid_weight = float(weight)
-
-    @property
-    def centroid_kind(self) -> Optional[str]:
-        """The label vectors of the label-centroid term: ``mean`` (the label centroids) or
-        ``ridge`` (per-label ridge regressions, :func:`slide.centroids.build_ridge`); None while
-        not chosen."""
-        return self._centroid_kind
 
     @property
     def label_counts(self) -> Optional[np.ndarray]:
@@ -488,14 +464,7 @@ class Network(_EpochLoop):
         # restore_best will have that network
         self._choose_at_best = bool(self._phase == "search" and (refit or tr.restore_best or self._keep_choice)
                                     and self._centroid_pending(data))
-        weight = self.config.layers[-1].centroid_weight
-        if weight != "auto" and self._centroid_weight is None:
-            self._centroid_weight = float(weight)
-        if weight != "auto" and self._centroid_kind is None:
-            # a set weight: the kind asked for (auto: the centroids), ridge at its default penalty
-            ridge = self.config.layers[-1].centroid_kind == "ridge"
-            self._centroid_kind = "ridge" if ridge else "mean"
-            self._ridge_lambda = _centroids.RIDGE_DEFAULT_LAMBDA if ridge else None
+        self._fix_set_weight()
         # the centroids of the points this phase trains on (all of train in a refit)
         if (self._centroid_weight or self._choose_at_best) and self._centroids is None and self._ridge is None:
             self._build_centroids(data.full if self._phase == "refit" else data.fit)
@@ -615,83 +584,6 @@ class Network(_EpochLoop):
         full_arrays = (self._convert(split.X_all, split.Y_all) if split.held_out_of_train
                        else fit_arrays)
         return _FitData(fit_arrays, full_arrays, valid_arrays, test_arrays)
-
-    def _build_centroids(self, arrays: _Arrays) -> None:
-        """The label vectors of the training arrays the network trains on (counts as training
-        time): those of the kind chosen, or while ``centroid_kind: auto`` chooses, the centroids
-        and (on a problem small enough, ``slide.centroids.ridge_fits``) the ridge vectors of
-        every penalty it tries."""
-        t = time.perf_counter()
-        nf, nl = self.num_features, self.num_labels
-        asked = self.config.layers[-1].centroid_kind
-        kind = self._centroid_kind
-        if (kind == "ridge" or asked == "ridge") and not _centroids.ridge_fits(arrays.n, nf, nl):
-            raise ConfigError(
-                f"layers.{len(self.config.layers) - 1}.centroid_kind: ridge label vectors need at most "
-                f"{_centroids.FULL_LABELS} labels, min(points, features) <= {_centroids.RIDGE_MAX_DIM} and "
-                f"features x labels <= {_centroids.RIDGE_MAX_ENTRIES}; this problem has {arrays.n} points, "
-                f"{nf} features and {nl} labels: use mean or auto")
-        if kind is not None:   # chosen (or set with the weight): that kind only
-            ridge_lambdas = [self._ridge_lambda] if kind == "ridge" else []
-        elif asked == "ridge" or (asked == "auto" and _centroids.ridge_fits(arrays.n, nf, nl)):
-            ridge_lambdas = list(_centroids.RIDGE_LAMBDAS)
-        else:
-            ridge_lambdas = []
-        ridge = (_centroids.build_ridge(arrays.x_indptr, arrays.x_indices, arrays.x_values, arrays.y_indptr,
-                                        arrays.y_indices, nf, nl, ridge_lambdas) if ridge_lambdas else None)
-        if kind == "ridge":
-            self._centroids, self._ridge = ridge[self._ridge_lambda], None
-        else:
-            self._ridge = ridge
-            if asked != "ridge":
-                self._centroids = _centroids.build(
-                    arrays.x_indptr, arrays.x_indices, arrays.x_values, arrays.y_indptr, arrays.y_indices, nf, nl,
-                    max_features=_centroids.MAX_FEATURES if nl > _centroids.FULL_LABELS else None)
-        self._train_seconds += time.perf_counter() - t
-        log.debug("label vectors (%s) built in %.2f s", kind or asked, time.perf_counter() - t)
-
-    def _centroid_candidates(self):
-        """(kind, penalty, label vectors) that centroid_weight auto chooses among."""
-        out = [] if self._centroids is None or self.config.layers[-1].centroid_kind == "ridge" else [
-            ("mean", None, self._centroids)]
-        return out + [("ridge", lam, W) for lam, W in sorted((self._ridge or {}).items())]
-
-    def _choose_label_term(self, valid: _Arrays) -> "_centroids.Choice":
-        return _centroids.choose(self, valid, self._centroid_candidates())
-
-    def _centroid_pending(self, data: "_FitData") -> bool:
-        """``centroid_weight: auto`` not yet chosen, and something to choose it on."""
-        return (self._centroid_weight is None and self.config.layers[-1].centroid_weight == "auto"
-                and data.valid is not None and self._comm is None)
-
-    def _choose_centroid_weight(self, data: "_FitData", history: History) -> None:
-        """``centroid_weight: auto``: the weight of the best validation P@1 (slide.centroids), with
-        the centroids of the points trained on; once per run, off without validation data. After
-        an ``epochs: auto`` search, on the validation logits of its best epoch (kept by _record;
-        those of the learning rate lr_search adopted), else on the network as it is."""
-        if self._centroid_weight is not None or self.config.layers[-1].centroid_weight != "auto":
-            return
-        if not self._centroid_pending(data):
-            self._centroid_weight = 0.0
-            return
-        if self._centroids is None and self._ridge is None:
-            self._build_centroids(data.fit)
-        t = time.perf_counter()
-        weight, p1, kind, lam = self._best_choice or self._choose_label_term(data.valid)
-        self._train_seconds += time.perf_counter() - t
-        self._centroid_weight = weight
-        self._choose_at_best = False
-        self._best_choice = None
-        history.centroid_search = p1
-        history.centroid_kind = kind if weight else None
-        self._centroid_kind, self._ridge_lambda = kind, lam
-        if kind == "ridge":
-            self._centroids = self._ridge[lam]
-        self._ridge = self._score_cache = None
-        if not weight:
-            self._centroids = None
-        log.info("label-centroid weight %g%s chosen on validation (P@1 %.4f against %.4f without)", weight,
-                 f" (ridge, lambda {lam:g})" if kind == "ridge" else "", p1[weight], p1[0.0])
 
     def _set_parameters(self, params: Dict[str, np.ndarray], rebuild_tables: bool = True) -> None:
         views = self._core.parameters()
