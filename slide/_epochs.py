@@ -113,7 +113,7 @@ class _EpochLoop:
         self._step_offset += self.step
         requested = self.requested_sampling
         self._core = self._best_params = None   # freed before the fresh network is allocated
-        self._build(self.num_features, self.num_labels)
+        self._build(self.num_features, self.num_labels, data.full.n)
         self.requested_sampling = requested
         # the refit model is trained on all of train: its label statistics are all of train's
         self._label_counts = np.bincount(data.full.y_indices, minlength=self.num_labels).astype(np.int64)

@@ -192,7 +192,7 @@ def cmd_train(args) -> int:
         if estimate is None:  # headerless file: check memory with the loaded shape
             from . import memory
 
-            memory.check_fits(config, data[0].num_features, data[0].num_labels)
+            memory.check_fits(config, data[0].num_features, data[0].num_labels, num_points=len(data[0]))
         out = args.out or runs.default_run_dir(path)
         # Everything that can fail on user input has been checked: only now write
         # (under the folder's lock, which refuses a second process given the same --out).
@@ -342,8 +342,8 @@ def cmd_config(args) -> int:
         from .data import load_dataset
 
         train = load_dataset(config.data.train, format=config.data.format, cache=config.data.cache)
-        memory.check_fits(config, train.num_features, train.num_labels)
-        estimate = memory.estimate(config, train.num_features, train.num_labels)
+        memory.check_fits(config, train.num_features, train.num_labels, num_points=len(train))
+        estimate = memory.estimate(config, train.num_features, train.num_labels, num_points=len(train))
     print(f"OK {args.check}")
     if estimate:
         total = estimate.get("total")

@@ -72,15 +72,45 @@ def _table_bytes(bits: int, num_items: int) -> int:
     return items + 2 * (occupied + 1) * _I32 + 2 * slots * _I32
 
 
+def _label_vector_bytes(config: Config, num_features: int, num_labels: int,
+                        num_points: Optional[int]) -> int:
+    """Upper bound of the ridge label vectors' memory while training (slide.centroids.build_ridge
+    and choose): the Gram matrix and its factor, the right-hand sides, one features x labels
+    float32 matrix per penalty tried and the cached validation scores; 0 where no ridge vectors
+    are built (``centroid_weight: 0``, ``centroid_kind: mean``, or ``auto`` outside the gate of
+    ``slide.centroids.ridge_fits``)."""
+    from . import centroids as _centroids
+
+    out = config.layers[-1]
+    d, L = int(num_features), int(num_labels)
+    if out.centroid_weight == 0.0 or out.centroid_kind == "mean":
+        return 0
+    n = int(num_points) if num_points is not None else None
+    if out.centroid_kind == "auto":
+        if out.centroid_weight != "auto":     # a set weight with kind auto means the centroids
+            return 0
+        if not _centroids.ridge_fits(n if n is not None else 0, d, L):
+            return 0
+    k = min(d, _centroids.RIDGE_MAX_DIM) if n is None else min(n, d, _centroids.RIDGE_MAX_DIM)
+    penalties = 1 if out.centroid_weight != "auto" else len(_centroids.RIDGE_LAMBDAS)
+    # validation rows: at most 5,000 (the search's split) unless a split of its own is given
+    n_valid = 5000 if n is None else min(n, 5000)
+    cache = min(_centroids.SCORE_CACHE_BYTES, n_valid * L * _F32 * (penalties + 1))
+    return 2 * k * k * _F32 + 2 * k * L * _F32 + penalties * d * L * _F32 + cache
+
+
 def estimate(config: Config, num_features: int, num_labels: int,
-             sampling: Optional[List[str]] = None) -> Dict[str, int]:
+             sampling: Optional[List[str]] = None, num_points: Optional[int] = None) -> Dict[str, int]:
     """Bytes needed by a network for this configuration and data shape.
 
     Returns a dict with ``weights`` (weights and biases: float32, or bfloat16 weights on layers
     with ``precision: bf16``), ``adam`` (two moments per weight, stored like the weights), ``gradients`` (shared gradient buffers of dense layers wider than 4096), ``hash_tables`` (an upper bound for the LSH layers' tables), ``batch`` (per-sample
     activations, gradients and active-set ids for one batch), ``centroids`` (an upper bound for the
     label-centroid term of an output layer wider than slide.centroids.FULL_LABELS; 0 when
-    ``centroid_weight`` is 0) and ``total``. ``sampling`` is the resolved
+    ``centroid_weight`` is 0), ``label_vectors`` (an upper bound for the ridge label vectors
+    that ``centroid_kind: auto`` or ``ridge`` builds and tries while training, from
+    ``num_points`` training points when given, else from the largest problem the gate admits)
+    and ``total``. ``sampling`` is the resolved
     per-layer choice (``"dense"``/``"lsh"``); by default a layer counts as LSH when configured
     ``lsh``, and ``auto`` counts as LSH (the larger of the two for the hash tables).
     """
@@ -126,20 +156,21 @@ def estimate(config: Config, num_features: int, num_labels: int,
     if config.layers[-1].centroid_weight != 0.0 and sizes[-1] > _centroids.FULL_LABELS:
         centroid_bytes = sizes[-1] * _centroids.MAX_FEATURES * (_F32 + _I32) + (int(num_features) + 1) * 8
     out = {"weights": weights, "adam": adam, "gradients": gradients, "hash_tables": tables, "batch": batch,
-           "centroids": centroid_bytes}
+           "centroids": centroid_bytes,
+           "label_vectors": _label_vector_bytes(config, num_features, num_labels, num_points)}
     out["total"] = sum(out.values())
     return out
 
 
 def check_fits(config: Config, num_features: int, num_labels: int,
                sampling: Optional[List[str]] = None, available: Optional[int] = None,
-               headroom: float = 0.9) -> Dict[str, int]:
+               headroom: float = 0.9, num_points: Optional[int] = None) -> Dict[str, int]:
     """Return :func:`estimate`, or raise MemoryError when it exceeds ``headroom`` x available RAM.
 
     ``available`` defaults to ``psutil.virtual_memory().available``. The message gives the
     estimate by part and the available memory, so the user knows which setting to shrink.
     """
-    est = estimate(config, num_features, num_labels, sampling=sampling)
+    est = estimate(config, num_features, num_labels, sampling=sampling, num_points=num_points)
     if available is None:
         import psutil
 
@@ -150,5 +181,7 @@ def check_fits(config: Config, num_features: int, num_labels: int,
             f"the network needs about {format_bytes(est['total'])} ({parts}) for "
             f"{num_features} features and {num_labels} labels, but only {format_bytes(available)} "
             f"of memory is available; use fewer labels per model, a smaller hidden layer, "
-            f"fewer hash tables (lsh.L) or a smaller training.batch_size")
+            f"fewer hash tables (lsh.L) or a smaller training.batch_size"
+            + (f"; layers.{len(config.layers) - 1}.centroid_kind: mean saves the label vectors' "
+               f"{format_bytes(est['label_vectors'])}" if est["label_vectors"] else ""))
     return est

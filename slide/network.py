@@ -249,19 +249,21 @@ class Network(_EpochLoop, _LabelTerm):
         return f"slide.Network({shape}, epoch={self.epoch}, step={self.step})"
 
     # ------------------------------------------------------------------ engine
-    def _build(self, num_features: int, num_labels: int) -> None:
+    def _build(self, num_features: int, num_labels: int, num_points: Optional[int] = None) -> None:
+        """Creates the engine after checking that it fits in memory (with the ridge label vectors
+        that training may build from ``num_points`` points; see slide.memory.estimate)."""
         core = _core_module()
         cfg = self.config.copy()
         requested = [layer.sampling for layer in cfg.layers]
         sampling = choose_sampling(cfg, num_labels)
         sizes = _memory.layer_sizes(cfg, num_labels)
         if self._comm is None:
-            _memory.check_fits(cfg, num_features, num_labels, sampling=sampling)
+            _memory.check_fits(cfg, num_features, num_labels, sampling=sampling, num_points=num_points)
         else:   # this rank holds the hidden layers and its share of the labels
             from .distributed import shard_range
 
             begin, end = shard_range(num_labels, self.ranks, self.rank)
-            _memory.check_fits(cfg, num_features, end - begin, sampling=sampling)
+            _memory.check_fits(cfg, num_features, end - begin, sampling=sampling, num_points=num_points)
         for layer, size, s in zip(cfg.layers, sizes, sampling):
             layer.size = size
             layer.sampling = s
@@ -435,7 +437,7 @@ class Network(_EpochLoop, _LabelTerm):
             raise ValueError("fit(epochs='auto') continues only a run that started with "
                              "epochs='auto'; give a number of epochs to train this network further")
         split = self._split_train_valid(train, valid, auto and self._phase != "refit")
-        self._ensure_built(split.num_features, split.num_labels)
+        self._ensure_built(split.num_features, split.num_labels, int(split.X_all.shape[0]))
         data = self._prepare_arrays(split, test, copy)
         if self._comm is not None:
             from .distributed import check_agreement, data_digest
@@ -534,9 +536,9 @@ class Network(_EpochLoop, _LabelTerm):
         vrows, trows = np.sort(perm[:n_valid]), np.sort(perm[n_valid:])
         return _Split(X[trows], Y[trows], X, Y, X[vrows], Y[vrows], nf, nl, held_out_of_train=True)
 
-    def _ensure_built(self, nf: int, nl: int) -> None:
+    def _ensure_built(self, nf: int, nl: int, n: Optional[int] = None) -> None:
         if self._core is None:
-            self._build(nf, nl)
+            self._build(nf, nl, n)
             return
         if nf > self.num_features:
             raise ValueError(f"train: {nf} features, but the network was built for {self.num_features}")

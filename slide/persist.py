@@ -439,7 +439,7 @@ def _restore(cls, path: str, meta: Dict[str, Any], data: Dict[str, np.ndarray], 
         if threads is not None:
             cfg.training.threads = _positive_int(threads, "threads", allow_zero=True)
         net = cls(cfg, comm=comm)
-        net._build(int(meta["num_features"]), int(meta["num_labels"]))
+        net._build(int(meta["num_features"]), int(meta["num_labels"]), int(meta.get("num_train_points", 0)) or None)
         params = {k[len("param/"):]: v for k, v in data.items() if k.startswith("param/")}
         missing = set(net._core.parameters()) - set(params)
         if missing:

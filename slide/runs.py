@@ -159,11 +159,11 @@ def validate_config(config: Config, source: str = "config", *, need_train: bool 
     header = read_data_header(config.data.train)
     if header is None:
         return None
-    _, num_features, num_labels = header
+    num_points, num_features, num_labels = header
     from . import memory
 
-    memory.check_fits(config, num_features, num_labels)
-    return memory.estimate(config, num_features, num_labels)
+    memory.check_fits(config, num_features, num_labels, num_points=num_points)
+    return memory.estimate(config, num_features, num_labels, num_points=num_points)
 
 
 def load_run_data(config: Config):

@@ -478,3 +478,31 @@ def test_ridge_replaces_the_centroids_by_one_standard_error_of_the_paired_differ
         assert got.p1[got.weight] == (50 + gained - lost) / n
     else:
         assert (got.kind, got.weight) == ("mean", 0.0) and got.p1[0.0] == 0.5
+
+
+def test_the_memory_estimate_bounds_the_ridge_label_vectors_and_names_the_setting_that_saves_them():
+    X, Y = _problem(seed=12, n=500, d=300, L=40)
+    net = slide.Network({"layers": [{"size": 16}, {"size": None, "activation": "auto"}]}, epochs=2, threads=1)
+    net.fit((X[:400], Y[:400]), valid=(X[400:], Y[400:]))
+    assert list(net.history.centroid_search) in (_grid("mean"), _grid("ridge"))
+    est = slide.memory.estimate(net.config, 300, 40, num_points=400)
+    Xf, Yf = X[:400].tocsr(), Y[:400].tocsr()
+    ridge = centroids.build_ridge(np.asarray(Xf.indptr, np.int64), Xf.indices, Xf.data.astype(np.float32),
+                                  np.asarray(Yf.indptr, np.int64), Yf.indices, 300, 40)
+    assert len(ridge) == len(centroids.RIDGE_LAMBDAS)
+    built = sum(W.nbytes for W in ridge.values())
+    gram = 300 * 300 * 4     # min(points, features) squared, float32
+    assert built + 2 * gram <= est["label_vectors"] <= 2 * (built + 2 * gram) + 500 * 40 * 4 * 5
+    assert est["total"] == sum(v for k, v in est.items() if k != "total")
+    # no ridge vectors: the term off, the centroids asked for, a set weight (means mean), or a
+    # problem outside the gate of centroid_kind auto
+    cfg = net.config.copy()
+    for weight, kind in ((0.0, "auto"), ("auto", "mean"), (2.0, "auto")):
+        cfg.layers[-1].centroid_weight, cfg.layers[-1].centroid_kind = weight, kind
+        assert slide.memory.estimate(cfg, 300, 40, num_points=400)["label_vectors"] == 0
+    cfg.layers[-1].centroid_weight, cfg.layers[-1].centroid_kind = "auto", "auto"
+    assert slide.memory.estimate(cfg, 300, centroids.FULL_LABELS + 1)["label_vectors"] == 0
+    # without the number of points, the largest problem the gate admits: a 6,000-square Gram matrix
+    assert slide.memory.estimate(cfg, 50_000, 600)["label_vectors"] >= 2 * 6000 ** 2 * 4 + 4 * 50_000 * 600 * 4
+    with pytest.raises(MemoryError, match=r"label_vectors .*layers\.1\.centroid_kind: mean saves the label vectors"):
+        slide.memory.check_fits(cfg, 50_000, 600, available=400 << 20)

@@ -630,7 +630,7 @@ def test_checkpoint_callback(data, tmp_path):
 def test_memory_estimate_and_check():
     cfg = Network(hidden=128).config
     est = slide.memory.estimate(cfg, 100_000, 670_000)
-    assert set(est) == {"weights", "adam", "gradients", "hash_tables", "batch", "centroids", "total"}
+    assert set(est) == {"weights", "adam", "gradients", "hash_tables", "batch", "centroids", "label_vectors", "total"}
     # centroid_weight auto on a wide layer: at most 32 entries a label (slide.centroids)
     assert est["centroids"] == 670_000 * 32 * 8 + 100_001 * 8
     assert est["total"] == sum(v for k, v in est.items() if k != "total")
