@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -163,18 +163,23 @@ class _EpochLoop:
             rec["phase"] = self._phase
         meter.reset()
         main = None
+        # a search books which validation rows its best evaluation ranks right (slide.lr_search)
+        hits: Optional[List[np.ndarray]] = [] if self._phase == "search" else None
         for name, arrays in (("valid", valid), ("test", test)):
             if arrays is None:
                 continue
-            m = self._evaluate_arrays(arrays, self.config.eval.k)
+            m = self._evaluate_arrays(arrays, self.config.eval.k, hits=hits if name == "valid" else None)
             rec.update({f"{name}/{k}": v for k, v in m.items()})
             main = m if name == "test" or main is None else main
         if main is not None:
             rec.update(main)
-        if valid is not None and self._track_best(rec["valid/P@1"], epoch, history) and self._choose_at_best:
-            # centroid_weight auto: the weight the best network's validation logits choose, taken
-            # when the search ends (before a refit that network's weights are not kept)
-            self._best_choice = self._choose_label_term(valid)
+        if valid is not None and self._track_best(rec["valid/P@1"], epoch, history):
+            if hits:
+                self._best_hits = hits[0]
+            if self._choose_at_best:
+                # centroid_weight auto: the weight the best network's validation logits choose, taken
+                # when the search ends (before a refit that network's weights are not kept)
+                self._best_choice = self._choose_label_term(valid)
         history.records.append(rec)
         _call(cbs, "on_evaluate", self, rec)
 

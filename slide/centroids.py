@@ -48,6 +48,7 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 
+from ._util import clear_gain
 from .scaling import normalize_rows
 
 log = logging.getLogger("slide")
@@ -404,11 +405,8 @@ def choose(net, valid, candidates) -> Choice:
     for (kind, lam, _), (grid, right) in zip(candidates, _hits_full(net, valid, candidates)):
         hits = right.sum(axis=1)
         j = _pick_weight(hits)
-        if best is not None:
-            b = int(np.count_nonzero(right[j] & ~best_rows))
-            c = int(np.count_nonzero(~right[j] & best_rows))
-            if b - c < max(1.0, float(np.sqrt(b + c))):
-                continue
+        if best is not None and not clear_gain(right[j], best_rows)[0]:
+            continue
         p1 = {w: float(h / max(1, valid.n)) for w, h in zip(grid, hits)}
         best, best_rows = Choice(grid[j], p1, kind, lam), right[j]
     return best

@@ -119,8 +119,9 @@ class OptimizerConfig:
     betas: List[float] = _f([0.9, 0.999], "Adam moment decay rates [beta1, beta2], each in [0, 1)")
     eps: float = _f(1e-8, "Adam epsilon", gt=0.0)
     lr_search: List[float] = _f([0.5, 2.0], "epochs=auto on a small problem (a cheap search): also search at "
-                                            "lr x each factor and keep the rate with the best validation "
-                                            "P@1 (by at least one validation point); [] = off")
+                                            "lr x each factor; another rate is kept when it beats lr on the "
+                                            "validation rows by one standard error of the paired "
+                                            "difference; [] = off")
     weight_decay: float = _f(0.0, "decoupled weight decay on touched rows", min=0.0)
     warmup_steps: int = _f(0, "linear learning-rate warm-up over this many steps", min=0)
     lr_decay: float = _f(0.85, "multiply the learning rate by this after each epoch, or after every "

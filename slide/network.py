@@ -61,6 +61,15 @@ SIGMOID_LSH_WARNING = (
     "0.5247 exact. Use mode='index' (there 0.5217 at 36x the speed of exact).")
 
 
+def _top1_hits(top1: np.ndarray, y_indptr: np.ndarray, y_indices: np.ndarray) -> np.ndarray:
+    """Whether each row's label top1[i] is among its labels (CSR rows of y)."""
+    per = np.diff(y_indptr)
+    owner = np.repeat(np.arange(len(top1)), per)
+    hits = np.zeros(len(top1), dtype=bool)
+    hits[owner[y_indices == top1[owner]]] = True
+    return hits
+
+
 def _check_mode(mode, what: str) -> None:
     if not isinstance(mode, str) or mode not in PREDICT_MODES:
         raise ValueError(f"{what}: mode must be one of {', '.join(repr(m) for m in PREDICT_MODES)}, got {mode!r}")
@@ -173,6 +182,8 @@ class Network(_EpochLoop, _LabelTerm):
         self._num_train_points = 0
         self._train_seconds = 0.0
         self._best_score: Optional[float] = None
+        # the search's best evaluation: which validation rows it ranked right at P@1 (lr_search)
+        self._best_hits: Optional[np.ndarray] = None
         self._best_step: Optional[int] = None
         self._best_epoch: Optional[float] = None
         self._best_params: Optional[Dict[str, np.ndarray]] = None
@@ -714,12 +725,18 @@ class Network(_EpochLoop, _LabelTerm):
                                                  prior=int(prior or 0), **extra)
         return np.asarray(labels, dtype=np.int32), np.asarray(scores, dtype=np.float32)
 
-    def _evaluate_arrays(self, arrays: _Arrays, k, mode: str = "exact") -> Dict[str, float]:
+    def _evaluate_arrays(self, arrays: _Arrays, k, mode: str = "exact",
+                         hits: Optional[List[np.ndarray]] = None) -> Dict[str, float]:
+        """metrics.evaluate of the arrays; with ``hits`` (a list), appends to it whether each
+        row's top label is one of its labels (a bool array: the paired comparisons of
+        slide.lr_search)."""
         from . import metrics
 
         ks = [k] if isinstance(k, (int, np.integer)) else list(k)
         kmax = min(max(ks), self.num_labels)
         top, _ = self._predict_arrays(arrays, kmax, mode)
+        if hits is not None:
+            hits.append(_top1_hits(top[:, 0], arrays.y_indptr, arrays.y_indices))
         props = None
         if self._label_counts is not None:
             props = metrics.propensities(self._label_counts, self.config.eval.propensity_a,

@@ -4,7 +4,8 @@
 ``.npz`` archive written atomically: ``meta`` (JSON: format version, configuration, position in
 the run, best-validation bookkeeping, the ``epochs: auto`` schedule, history), ``param/<name>``
 (weights and Adam moments), ``best/<name>`` (the best-validation snapshot), ``idf``,
-``label_counts``, ``tables/<layer>/<name>`` (LSH tables as built at the last rebuild) and, when
+``label_counts``, ``best_hits`` (during an ``epochs: auto`` search: the validation rows its best
+evaluation ranked right at P@1), ``tables/<layer>/<name>`` (LSH tables as built at the last rebuild) and, when
 the label-centroid term is on (``meta["centroid_weight"]`` above 0), ``centroids/data``,
 ``centroids/indices`` and ``centroids/indptr`` (its feature-by-label CSR matrix, slide.centroids).
 """
@@ -192,6 +193,8 @@ def _network_arrays(net, extra_meta: Optional[Dict[str, Any]] = None) -> Dict[st
         arrays["feature_mean"], arrays["feature_scale"] = net._standard
     if net._label_counts is not None:
         arrays["label_counts"] = net._label_counts
+    if net._best_hits is not None and net._phase == "search":
+        arrays["best_hits"] = np.asarray(net._best_hits, dtype=np.uint8)
     if net._centroids is not None and net._centroid_weight:
         C = net._centroids if sp.issparse(net._centroids) else sp.csr_matrix(net._centroids)
         for name in ("data", "indices", "indptr"):
@@ -471,6 +474,11 @@ def _restore(cls, path: str, meta: Dict[str, Any], data: Dict[str, np.ndarray], 
                                  f"positive scales")
             net._standard = (mean, scale)
         net._label_counts = data.get("label_counts")
+        if "best_hits" in data:
+            hits = np.asarray(data["best_hits"])
+            if hits.ndim != 1 or hits.dtype != np.uint8 or (hits > 1).any():
+                raise ValueError("best_hits must be a 1-D array of 0/1 (uint8)")
+            net._best_hits = hits.astype(bool)
         # a trained network keeps what its first training data decided (files from before
         # data.standardize existed were trained on unstandardized rows)
         net._standard_fixed = net._standard is not None or net._label_counts is not None

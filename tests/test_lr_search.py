@@ -97,3 +97,57 @@ def test_ctrl_c_during_the_extra_searches_leaves_a_resumable_refit(data, monkeyp
     net.fit(train)                                    # continues with the refit at the configured rate
     assert net._phase == "done" and net.epoch == net.history.refit_epochs >= 1
     assert net.total_steps > searched and p1(net, test) > 0.5
+
+
+@pytest.mark.parametrize("gained, lost, switches", [(6, 0, True), (3, 2, False), (7, 3, True), (5, 4, False)])
+def test_another_rate_is_kept_only_by_one_standard_error_of_the_paired_difference(data, monkeypatch, gained, lost,
+                                                                                   switches):
+    """The rate searched at twice the configured one (a repeat of the same search, bit for bit at
+    one thread) is made right on `gained` validation rows where the configured rate's best epoch
+    is wrong and wrong on `lost` where it is right: it leads by gained - lost points, and is kept
+    only when gained - lost >= sqrt(gained + lost)."""
+    train, _ = data
+    real_fit = Network.fit
+
+    def fit(self, *a, **kw):
+        out = real_fit(self, *a, **kw)
+        if self.config.optimizer.lr_search == [] and kw.get("valid") is not None:
+            hits = self._best_hits.copy()
+            wrong, right = np.flatnonzero(~hits), np.flatnonzero(hits)
+            hits[wrong[:gained]], hits[right[:lost]] = True, False
+            self._best_hits, self._best_score = hits, float(hits.mean())
+        return out
+
+    monkeypatch.setattr(Network, "fit", fit)
+    net = auto(2e-3, [1.0])     # validation P@1 0.92; factor 1: the same search again, moved as above
+    tried = net.fit(train).lr_search
+    assert tried[1]["best_valid_P@1"] == pytest.approx(tried[0]["best_valid_P@1"] + (gained - lost) / 100)
+    assert (tried[1]["right_where_configured_wrong"], tried[1]["wrong_where_configured_right"]) == (gained, lost)
+    # a switch adopts the other search's trace; factor 1 keeps the rate's value either way
+    assert net._best_score == pytest.approx(tried[1 if switches else 0]["best_valid_P@1"])
+
+
+def test_the_search_books_which_validation_rows_its_best_epoch_ranks_right(data, tmp_path):
+    train, valid = data
+    net = auto(4e-3, [])
+    net.fit(train, valid=valid, epochs="auto")
+    assert net._best_hits is not None and net._best_hits.dtype == bool and len(net._best_hits) == 200
+    assert net._best_hits.mean() == pytest.approx(net._best_score)
+
+
+def test_a_search_interrupted_and_resumed_compares_the_rates_as_an_uninterrupted_one(data, tmp_path):
+    """Which validation rows the search's best epoch ranks right is part of a checkpoint: the
+    rate searches after a resume compare against the same rows (b and c) as without the stop."""
+    from slide import callbacks
+
+    train, _ = data
+    full = auto(2e-3, [2.0])
+    h = full.fit(train)
+    part = auto(2e-3, [2.0])
+    part.fit(train, callbacks=[callbacks.StopAfter(h.lr_search[0]["best_epoch"] * 13 + 2)])
+    assert part._phase == "search" and part._best_hits is not None
+    part.save(tmp_path / "part.npz")
+    resumed = Network.load(tmp_path / "part.npz")
+    np.testing.assert_array_equal(resumed._best_hits, part._best_hits)
+    assert resumed.fit(train).lr_search == h.lr_search
+    assert resumed.config.optimizer.lr == full.config.optimizer.lr
