@@ -656,6 +656,10 @@ class Network(_EpochLoop, _LabelTerm):
         :mod:`slide.centroids`), labels are ranked by ``logit + weight * cos(x, centroid)``: every
         label on an output layer of up to 4,096 labels, else the union of the mode's top 100 and
         the centroid term's top 100 per row; the scores are the sigmoid or the softmax of that sum.
+        With a large weight (validation picks up to 256 or 4,096 for ridge vectors) the sigmoid
+        of the top labels rounds to 1.0 in float32 (medical, weight 256: the top label's score is
+        1.0 on every test row, the fourth's on 46%): the order of the returned labels is the
+        ranking, and such scores are not calibrated probabilities.
         """
         self._require_built("predict")
         _check_mode(mode, "predict")
