@@ -113,7 +113,7 @@ def maybe_search(net, split, data) -> List[Dict[str, Any]]:
             score = child._best_score if child._best_score is not None else -1.0
             record = {"lr": base_lr * f, "best_valid_P@1": child._best_score, "best_epoch": child._best_epoch}
             clear = True
-            if base_hits is not None and child._best_hits is not None and len(child._best_hits) == len(base_hits):
+            if base_hits is not None and child._best_hits is not None:   # the same validation rows
                 clear, b, c = clear_gain(child._best_hits, base_hits)
                 record.update({"right_where_configured_wrong": b, "wrong_where_configured_right": c})
             tried.append(record)

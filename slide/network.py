@@ -61,15 +61,6 @@ SIGMOID_LSH_WARNING = (
     "0.5247 exact. Use mode='index' (there 0.5217 at 36x the speed of exact).")
 
 
-def _top1_hits(top1: np.ndarray, y_indptr: np.ndarray, y_indices: np.ndarray) -> np.ndarray:
-    """Whether each row's label top1[i] is among its labels (CSR rows of y)."""
-    per = np.diff(y_indptr)
-    owner = np.repeat(np.arange(len(top1)), per)
-    hits = np.zeros(len(top1), dtype=bool)
-    hits[owner[y_indices == top1[owner]]] = True
-    return hits
-
-
 def _check_mode(mode, what: str) -> None:
     if not isinstance(mode, str) or mode not in PREDICT_MODES:
         raise ValueError(f"{what}: mode must be one of {', '.join(repr(m) for m in PREDICT_MODES)}, got {mode!r}")
@@ -739,8 +730,6 @@ class Network(_EpochLoop, _LabelTerm):
         ks = [k] if isinstance(k, (int, np.integer)) else list(k)
         kmax = min(max(ks), self.num_labels)
         top, _ = self._predict_arrays(arrays, kmax, mode)
-        if hits is not None:
-            hits.append(_top1_hits(top[:, 0], arrays.y_indptr, arrays.y_indices))
         props = None
         if self._label_counts is not None:
             props = metrics.propensities(self._label_counts, self.config.eval.propensity_a,
@@ -749,6 +738,8 @@ class Network(_EpochLoop, _LabelTerm):
         Y = arrays.labels
         if Y.shape[1] != self.num_labels:   # ids were checked to be < num_labels
             Y = sp.csr_matrix((Y.data, Y.indices, Y.indptr), shape=(Y.shape[0], self.num_labels))
+        if hits is not None:   # metrics' own membership test, on the rows' top label
+            hits.append(metrics._hits(top[:, :1], metrics._as_label_matrix(Y))[:, 0] > 0)
         return metrics.evaluate(top, Y, k=ks, propensities=props)
 
     def evaluate(self, data, k: Union[int, Sequence[int]] = (1, 3, 5), mode: str = "exact") -> Dict[str, float]:
