@@ -126,7 +126,7 @@ class _LabelTerm:
         self._centroid_kind, self._ridge_lambda = kind, lam
         if kind == "ridge":
             self._centroids = self._ridge[lam]
-        self._ridge = self._score_cache = None
+        self._ridge = self._score_cache = self._dense_vectors = None
         if not weight:
             self._centroids = None
         log.info("label-centroid weight %g%s chosen on validation (P@1 %.4f against %.4f without)", weight,

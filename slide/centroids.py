@@ -77,6 +77,11 @@ RIDGE_WEIGHTS = WEIGHTS + (256.0, 4096.0)
 # factor of min(points, features) squared: auto tries them only on a problem within both.
 RIDGE_MAX_DIM = 6000
 RIDGE_MAX_ENTRIES = 1 << 25
+# On a layer of at most FULL_LABELS labels with at most this many features x labels, sparse
+# label centroids are scored through a dense float32 copy (kept on the network): the product
+# of the query rows with a dense matrix is about 4x faster than the sparse product with
+# centroids of 5% density (4,000 labels, 5,000 features: 0.15 s against 0.56 s for 3,000 rows).
+DENSE_MAX_ENTRIES = RIDGE_MAX_ENTRIES
 # choose keeps the label vectors' validation scores between calls up to this many bytes
 SCORE_CACHE_BYTES = 1 << 28
 
@@ -85,6 +90,24 @@ def ridge_fits(n: int, num_features: int, num_labels: int) -> bool:
     """Whether the ridge label vectors of n points are small enough to build (see RIDGE_MAX_*)."""
     return (num_labels <= FULL_LABELS and min(n, num_features) <= RIDGE_MAX_DIM
             and num_features * num_labels <= RIDGE_MAX_ENTRIES)
+
+
+def dense_scoring(num_features: int, num_labels: int) -> bool:
+    """Whether sparse label centroids of this shape are scored through a dense copy."""
+    return num_labels <= FULL_LABELS and num_features * num_labels <= DENSE_MAX_ENTRIES
+
+
+def _scoring_vectors(net, CT):
+    """The label vectors as :func:`_query_scores` multiplies them: a dense copy of sparse
+    centroids where :func:`dense_scoring` allows (kept on the network while ``CT`` is the same
+    matrix), else ``CT`` itself."""
+    if isinstance(CT, np.ndarray) or not dense_scoring(*CT.shape):
+        return CT
+    cached = net._dense_vectors
+    if cached is None or cached[0] is not CT:
+        net._dense_vectors = None          # the copy of other vectors is freed first
+        net._dense_vectors = cached = (CT, CT.toarray().astype(np.float32, copy=False))
+    return cached[1]
 
 
 def build_ridge(x_indptr: np.ndarray, x_indices: np.ndarray, x_values: np.ndarray, y_indptr: np.ndarray,
@@ -170,17 +193,20 @@ class _Scores(NamedTuple):
 _GATHER_ROWS = 16
 
 
-def _query_scores(CT, x_indptr, x_indices, x_values):
-    """cos(x, c_l) of each row and label with a non-zero score: a CSR matrix, or for a few rows
-    the same as :class:`_Scores` arrays; with dense label vectors (ridge), a dense rows x labels
-    array of x / |x| times each vector."""
+def _query_scores(CT, x_indptr, x_indices, x_values, dense: bool = False):
+    """cos(x, c_l) of each row and label with a non-zero score: a CSR matrix (sorted ids), or for
+    a few rows the same as :class:`_Scores` arrays; with dense label vectors (ridge), a dense rows
+    x labels array of x / |x| times each vector. ``dense``: every row's scores of every label as
+    a dense float32 array (for a layer of at most FULL_LABELS labels; no sorted ids needed)."""
     n = len(x_indptr) - 1
     if isinstance(CT, np.ndarray):
         X = normalize_rows(sp.csr_matrix((x_values, x_indices, x_indptr - x_indptr[0]), shape=(n, CT.shape[0])), "l2")
         return np.asarray(X @ CT, dtype=np.float32)
-    if n > _GATHER_ROWS:
+    if n > _GATHER_ROWS or dense:
         X = normalize_rows(sp.csr_matrix((x_values, x_indices, x_indptr - x_indptr[0]), shape=(n, CT.shape[0])), "l2")
         S = (X @ CT).tocsr()
+        if dense:   # toarray reads unsorted ids as well
+            return S.toarray().astype(np.float32, copy=False)
         S.sort_indices()
         return S
     L = CT.shape[1]
@@ -217,17 +243,6 @@ def _all_logits(core, ip, ix, xv, m: int, L: int) -> np.ndarray:
     return np.asarray(z)
 
 
-def _dense(S, m: int, L: int) -> np.ndarray:
-    """The scores of :func:`_query_scores` as a dense m x L array."""
-    if isinstance(S, np.ndarray):
-        return S
-    if sp.issparse(S):
-        return S.toarray()
-    out = np.zeros((m, L), dtype=np.float32)
-    out[np.repeat(np.arange(m), np.diff(S.indptr)), S.indices] = S.data
-    return out
-
-
 def _pick_weight(hits) -> int:
     """The index of the weight kept from validation hits by weight (the weight 0 first): the
     most hits, above 0 only by at least one more validation point, ties to the smaller."""
@@ -259,10 +274,10 @@ def pools(net, arrays, CT: sp.csr_matrix, mode: str = "exact", k: int = 1,
     pool = min(L, max(int(k), POOL))
     for s, e, ip, ix, xv in _chunks(arrays, rows_per_chunk):
         m = e - s
-        S = _query_scores(CT, ip, ix, xv)
+        S = _query_scores(_scoring_vectors(net, CT) if full else CT, ip, ix, xv, dense=full)
         if full:
             z = _all_logits(core, ip, ix, xv, m, L).reshape(-1)
-            yield s, e, None, None, z, _dense(S, m, L).reshape(-1).astype(np.float32)
+            yield s, e, None, None, z, S.reshape(-1)
             continue
         top, _ = core.predict_topk(ip, ix, xv, pool, mode, **query)
         s_rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(S.indptr))
@@ -286,6 +301,22 @@ def pools(net, arrays, CT: sp.csr_matrix, mode: str = "exact", k: int = 1,
         yield s, e, cand_indptr, cand, z, sv
 
 
+def _top_sorted(M: np.ndarray, k: int) -> np.ndarray:
+    """Each row's k largest columns, higher first and ties to the lower column (as a stable
+    descending sort would give them), from a partial selection instead of a sort of the row."""
+    if k >= M.shape[1]:
+        return np.argsort(-M, axis=1, kind="stable")
+    kth = -np.partition(-M, k - 1, axis=1)[:, k - 1]          # each row's k-th largest value
+    rows, cols = np.nonzero(M >= kth[:, None])                  # k of them, more only on ties
+    order = np.lexsort((cols, -M[rows, cols], rows))
+    rows, cols = rows[order], cols[order]
+    rank = np.arange(len(rows)) - np.searchsorted(rows, rows)
+    top = cols[rank < k]
+    if top.size != M.shape[0] * k:   # a row with NaN scores: the full sort orders them last
+        return np.argsort(-M, axis=1, kind="stable")[:, :k]
+    return top.reshape(M.shape[0], k)
+
+
 def _best(m: int, L: int, cip: Optional[np.ndarray], cand: Optional[np.ndarray], mixed: np.ndarray,
           k: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each row's k best scored labels of a chunk of :func:`pools` (higher ``mixed`` first, ties
@@ -293,7 +324,7 @@ def _best(m: int, L: int, cip: Optional[np.ndarray], cand: Optional[np.ndarray],
     if cip is None:   # every row scores every label, in label order
         M = mixed.reshape(m, L)
         order = (np.argmax(M, axis=1)[:, None] if k == 1     # the first maximum: the lower id
-                 else np.argsort(-M, axis=1, kind="stable")[:, :k])
+                 else _top_sorted(M, k))
         rows = np.repeat(np.arange(m, dtype=np.int64), order.shape[1])
         labels = order.reshape(-1)
         return rows, np.tile(np.arange(order.shape[1]), m), rows * L + labels, labels
@@ -379,7 +410,7 @@ def _hits_full(net, valid, candidates) -> list:
             if cache is not None:
                 S = cache[s, c]
             else:
-                S = _dense(_query_scores(CT, ip, ix, xv), m, L)
+                S = _query_scores(_scoring_vectors(net, CT), ip, ix, xv, dense=True)
                 if store is not None:
                     store[s, c] = S
             for j, w in enumerate(grid):

@@ -106,7 +106,8 @@ def estimate(config: Config, num_features: int, num_labels: int,
     Returns a dict with ``weights`` (weights and biases: float32, or bfloat16 weights on layers
     with ``precision: bf16``), ``adam`` (two moments per weight, stored like the weights), ``gradients`` (shared gradient buffers of dense layers wider than 4096), ``hash_tables`` (an upper bound for the LSH layers' tables), ``batch`` (per-sample
     activations, gradients and active-set ids for one batch), ``centroids`` (an upper bound for the
-    label-centroid term of an output layer wider than slide.centroids.FULL_LABELS; 0 when
+    label-centroid term: on an output layer wider than slide.centroids.FULL_LABELS the pruned
+    centroids, on a narrower one the dense copy they are scored through; 0 when
     ``centroid_weight`` is 0), ``label_vectors`` (an upper bound for the ridge label vectors
     that ``centroid_kind: auto`` or ``ridge`` builds and tries while training, from
     ``num_points`` training points when given, else from the largest problem the gate admits)
@@ -149,12 +150,17 @@ def estimate(config: Config, num_features: int, num_labels: int,
     batch = batch_per_sample * int(config.training.batch_size)
     # The label-centroid term (slide.centroids) on a wide output layer: at most MAX_FEATURES
     # entries a label (value and column) and a row pointer a feature. Narrower layers keep every
-    # entry, bounded by the training data (a label's points' distinct features), not counted.
+    # entry, bounded by the training data (a label's points' distinct features), not counted,
+    # and where slide.centroids.dense_scoring allows, a dense float32 copy for scoring, counted.
     from . import centroids as _centroids
 
     centroid_bytes = 0
-    if config.layers[-1].centroid_weight != 0.0 and sizes[-1] > _centroids.FULL_LABELS:
+    out_layer = config.layers[-1]
+    if out_layer.centroid_weight != 0.0 and sizes[-1] > _centroids.FULL_LABELS:
         centroid_bytes = sizes[-1] * _centroids.MAX_FEATURES * (_F32 + _I32) + (int(num_features) + 1) * 8
+    elif (out_layer.centroid_weight != 0.0 and out_layer.centroid_kind != "ridge"
+          and _centroids.dense_scoring(int(num_features), sizes[-1])):
+        centroid_bytes = int(num_features) * sizes[-1] * _F32
     out = {"weights": weights, "adam": adam, "gradients": gradients, "hash_tables": tables, "batch": batch,
            "centroids": centroid_bytes,
            "label_vectors": _label_vector_bytes(config, num_features, num_labels, num_points)}

@@ -165,6 +165,7 @@ class Network(_EpochLoop, _LabelTerm):
         # centroid_kind auto while choosing: the ridge label vectors by penalty (points trained on)
         self._ridge: Optional[Dict[float, np.ndarray]] = None
         self._score_cache = None   # slide.centroids.choose: validation scores of the label vectors
+        self._dense_vectors = None  # slide.centroids: (sparse centroids, their dense copy for scoring)
         self._choose_at_best = False   # fit decides: choose the centroid weight at each new best
         # centroid_weight auto: the choice (slide.centroids.Choice) at the search's best epoch
         self._best_choice: Optional[_centroids.Choice] = None

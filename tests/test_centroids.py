@@ -506,3 +506,45 @@ def test_the_memory_estimate_bounds_the_ridge_label_vectors_and_names_the_settin
     assert slide.memory.estimate(cfg, 50_000, 600)["label_vectors"] >= 2 * 6000 ** 2 * 4 + 4 * 50_000 * 600 * 4
     with pytest.raises(MemoryError, match=r"label_vectors .*layers\.1\.centroid_kind: mean saves the label vectors"):
         slide.memory.check_fits(cfg, 50_000, 600, available=400 << 20)
+
+
+def test_top_k_of_a_full_layer_is_the_stable_descending_sort_ties_and_nan_included():
+    rng = np.random.default_rng(5)
+    M = rng.integers(0, 6, size=(40, 30)).astype(np.float64)    # many ties, at the k-th value too
+    M[7] = np.nan
+    M[8, :] = 2.0
+    M[9, 3] = np.nan
+    for k in (2, 5, 29, 30):
+        want = np.argsort(-M, axis=1, kind="stable")[:, :k]
+        np.testing.assert_array_equal(centroids._top_sorted(M, k), want)
+
+
+def test_a_narrow_layer_scores_the_centroids_through_a_dense_copy_with_the_same_ranking(monkeypatch):
+    X, Y = _problem(seed=4)
+    net = slide.Network({"layers": [{"size": 32}, {"size": None, "activation": "auto", "centroid_weight": 3.0}]},
+                        epochs=2, threads=1, seed=3)
+    net.fit((X, Y))
+    assert centroids.dense_scoring(300, 40)
+    labels, scores = net.predict(X[:80], k=5)
+    CT, (kept, D) = net._centroids, net._dense_vectors
+    assert kept is CT and isinstance(D, np.ndarray) and D.shape == (300, 40)
+    np.testing.assert_array_equal(D, CT.toarray())
+    net.predict(X[:10], k=5)
+    assert net._dense_vectors[1] is D                            # kept for the same centroids
+    monkeypatch.setattr(centroids, "DENSE_MAX_ENTRIES", 0)       # the sparse product instead
+    net._dense_vectors = None
+    sparse_labels, sparse_scores = net.predict(X[:80], k=5)
+    assert net._dense_vectors is None
+    np.testing.assert_array_equal(labels, sparse_labels)
+    np.testing.assert_allclose(scores, sparse_scores, rtol=1e-6)
+
+
+def test_the_memory_estimate_counts_the_dense_scoring_copy_of_a_narrow_layer():
+    cfg = Config.from_dict({"layers": [{"size": 32}, {"size": None, "centroid_weight": 2.0, "centroid_kind": "mean"}]})
+    assert slide.memory.estimate(cfg, 5000, 4000)["centroids"] == 5000 * 4000 * 4
+    cfg.layers[-1].centroid_weight = 0.0
+    assert slide.memory.estimate(cfg, 5000, 4000)["centroids"] == 0
+    cfg.layers[-1].centroid_weight, cfg.layers[-1].centroid_kind = 2.0, "ridge"   # ridge vectors are dense already
+    assert slide.memory.estimate(cfg, 5000, 4000)["centroids"] == 0
+    cfg.layers[-1].centroid_kind = "mean"                                         # too large for the copy
+    assert slide.memory.estimate(cfg, 47_236, 4000)["centroids"] == 0
