@@ -19,6 +19,7 @@ _SHORTCUTS = {
     "restore_best": "training.restore_best",
     "eval_every": "training.eval_every",
     "eval_samples": "training.eval_samples",
+    "test_every": "training.test_every",
     "lr": "optimizer.lr",
     "weight_decay": "optimizer.weight_decay",
     "warmup_steps": "optimizer.warmup_steps",

@@ -105,7 +105,11 @@ def _metric_line(rec: Dict) -> str:
                    key=lambda k: (order[_METRIC_KEY.match(k).group(1)], int(_METRIC_KEY.match(k).group(2))))
     if "valid/P@1" in rec and "test/P@1" in rec:  # the unprefixed keys are the test set's
         shown.append("valid/P@1")
-    return "  ".join(head + [f"{k} {rec[k]:.4f}" for k in shown if rec[k] is not None])
+    # without the test split (none given, or not evaluated at this epoch: training.test_every)
+    # the unprefixed keys are the validation split's: say so
+    split = "valid/" if "valid/P@1" in rec and "test/P@1" not in rec else ""
+    return "  ".join(head + [f"{split if '/' not in k else ''}{k} {rec[k]:.4f}" for k in shown
+                             if rec[k] is not None])
 
 
 def _metrics_table(metrics: Dict, ks: Sequence[int]) -> str:

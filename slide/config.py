@@ -152,6 +152,12 @@ class TrainingConfig:
     rebuild_decay: float = _f(0.1, "each later rebuild gap grows by exp(rebuild_decay)", min=0.0)
     eval_every: int = _f(0, "evaluate every N batches; 0 = at the end of each epoch", min=0)
     eval_samples: int = _f(0, "evaluate on at most this many points during training; 0 = all", min=0)
+    test_every: Union[int, str] = _f("auto", "during training, evaluate the test split (shown and recorded, never "
+                                             "used to choose) at every N-th end of epoch and at the last epoch of "
+                                             "the count; auto = every epoch of a phase of at most 20 epochs, else "
+                                             "about 20 times a phase (the search of epochs=auto counts "
+                                             "max_epochs); the final evaluation is always of the whole test set",
+                                     min=1, auto=True)
     checkpoint_every: int = _f(1, "write a checkpoint every N epochs; 0 = only at the end", min=0)
     checkpoint_minutes: float = _f(10.0, "also checkpoint when this many minutes passed; 0 = off", min=0.0)
     patience: int = _f(10, "early stopping: evaluations without a better validation P@1 (and at least "

@@ -100,6 +100,7 @@ class Network(_EpochLoop, _LabelTerm):
     ``restore_best``        ``training.restore_best``
     ``eval_every``          ``training.eval_every``
     ``eval_samples``        ``training.eval_samples``
+    ``test_every``          ``training.test_every``
     ``lr``                  ``optimizer.lr``
     ``weight_decay``        ``optimizer.weight_decay``
     ``warmup_steps``        ``optimizer.warmup_steps``
@@ -418,7 +419,8 @@ class Network(_EpochLoop, _LabelTerm):
         With a count, validation data (``valid`` or ``data.valid_fraction``) drives early
         stopping, the plateau schedule and ``training.restore_best`` (the weights of the best
         evaluation are put back at the end; ``history.best_epoch`` says which). ``test`` is
-        only reported, never used to choose anything.
+        only reported, never used to choose anything: at the end of every ``training.test_every``-th
+        epoch and of a phase's last (auto: about 20 times a phase of more than 20 epochs).
 
         The label-centroid term (``layers[-1].centroid_weight``, :mod:`slide.centroids`):
         ``auto`` chooses its weight on the validation data, at the search's best epoch with

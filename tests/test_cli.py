@@ -549,3 +549,16 @@ def test_predict_and_evaluate_in_lsh_mode(tmp_path):
     assert m["exact"]["P@1"] > 0.5 and abs(m["lsh"]["P@1"] - m["exact"]["P@1"]) < 0.05, m
     r = run_cli("predict", model, data, "--mode", "fast")
     assert r.returncode == 2 and "invalid choice: 'fast'" in r.stderr
+
+
+def test_epoch_lines_without_the_test_split_name_the_validation_metrics(tmp_path):
+    cfg = write_config(tmp_path / "small.yaml", epochs=3, valid_fraction=0.2, test_every=2)
+    r = run_cli("train", cfg, "--out", tmp_path / "run", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.startswith("epoch ")]
+    assert len(lines) == 3
+    # epochs 2 and 3 (the last) score the test split: its metrics unprefixed, valid/P@1 beside them
+    for line in lines[1:]:
+        assert re.search(r"  P@1 0\.\d{4}  ", line) and re.search(r"valid/P@1 0\.\d{4}$", line)
+    # epoch 1 scores the validation split alone, and says so
+    assert "  P@1 " not in lines[0] and re.search(r"  valid/P@1 0\.\d{4}  valid/P@3 0\.\d{4}", lines[0])

@@ -767,3 +767,22 @@ def test_time_budget_stops_training_and_says_so(data):
     hist = net.fit(train)
     assert hist.stopped_by_budget and 0 < net.epoch < 10_000
     assert hist.records[-1]["seconds"] < 0.2 + 1.0   # stops within an epoch of the budget (short epochs)
+
+
+def test_the_test_split_is_evaluated_about_twenty_times_a_long_phase_and_after_its_last_epoch(data):
+    train, test = data
+    hist = small(epochs=45, hidden=8, patience=0).fit(train, valid=test, test=test)
+    assert [r["epoch"] for r in hist.records] == list(range(1, 46))          # valid: every epoch
+    assert all("valid/P@1" in r for r in hist.records)
+    tested = [r["epoch"] for r in hist.records if "test/P@1" in r]
+    assert tested == list(range(3, 46, 3))                                    # ceil(45 / 20) = 3
+    # where the test split was not evaluated the unprefixed keys are the validation split's
+    assert hist.records[0]["P@1"] == hist.records[0]["valid/P@1"]
+    assert all(r["P@1"] == r["test/P@1"] for r in hist.records if "test/P@1" in r)
+    # a phase of at most 20 epochs, or test_every 1: every epoch; a count not divisible: the last too
+    assert all("test/P@1" in r for r in small(epochs=20, hidden=8).fit(train, test=test).records)
+    assert all("test/P@1" in r for r in small(epochs=25, hidden=8, test_every=1).fit(train, test=test).records)
+    hist = small(epochs=7, hidden=8, test_every=3).fit(train, test=test)
+    assert [r["epoch"] for r in hist.records if "test/P@1" in r] == [3, 6, 7]
+    with pytest.raises(ConfigError, match=r"training\.test_every"):
+        small(test_every=0)
