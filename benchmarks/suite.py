@@ -6,9 +6,13 @@
     python benchmarks/suite.py --pecos-python /path/to/numpy1-venv/bin/python
     python benchmarks/suite.py --table-only                     # reprint from results/suite.json
     python benchmarks/suite.py --seeds 0,1,2,3,4 --sets yeast   # every system once per seed
+    python benchmarks/suite.py --sets derived                   # sets derived from them (derived.py)
 
 Data: the 12 sets of ``../shared/datasets`` (Bibtex and Delicious from the project's own
-``datasets/``), their given train/test files, the same files for every system.
+``datasets/``), their given train/test files, the same files for every system. ``--sets derived``:
+the sets of ``benchmarks/derived.py``, built from those (tiny subsamples of their training
+files, a 4,000-label text task, dense features), in regimes the 12 do not cover; results in
+``benchmarks/results/suite_derived.json``.
 
 Systems, each run as a user would run it, in a fresh process of its own (so that peak RSS is
 the system's own), with the same number of threads (``--threads``, default 2):
@@ -51,10 +55,14 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import derived  # noqa: E402  (benchmarks/derived.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "datasets"
 RESULTS = ROOT / "benchmarks" / "results" / "suite.json"
 RESULTS_SEEDS = ROOT / "benchmarks" / "results" / "suite_seeds.json"
+RESULTS_DERIVED = ROOT / "benchmarks" / "results" / "suite_derived.json"
 SETS = ["bibtex", "delicious", "corel5k", "enron", "medical", "yeast", "scene", "tmc2007-500",
         "corel16k001", "rcv1subset2", "stackex-chemistry", "yahoo-arts"]
 SYSTEMS = ["slide", "napkinxc", "pecos", "torch"]
@@ -69,6 +77,8 @@ TORCH_EPOCHS = 13
 
 
 def data_paths(name: str):
+    if name in derived.DERIVED:   # built from the shared sets (benchmarks/derived.py)
+        return derived.paths(name, data_paths)
     shipped = ROOT / "datasets" / name
     folder = shipped if (shipped / "train.txt").exists() else SHARED / name
     return str(folder / "train.txt"), str(folder / "test.txt")
@@ -212,7 +222,8 @@ def format_seeds_table(rows) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--sets", default=",".join(SETS),
+                    help="comma-separated set names; 'derived' = the sets of benchmarks/derived.py")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--pecos-python", default=os.environ.get("SLIDE_PECOS_PYTHON"),
@@ -231,12 +242,15 @@ def main(argv=None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [None]
     if args.seeds and args.out == str(RESULTS):
         args.out = str(RESULTS_SEEDS)
+    elif args.sets == "derived" and args.out == str(RESULTS):
+        args.out = str(RESULTS_DERIVED)
     fmt = format_seeds_table if args.seeds else format_table
     if args.table_only:
         print(fmt(json.loads(Path(args.out).read_text())["rows"]))
         return 0
     rows = []
-    for name in args.sets.split(","):
+    names = [n for part in args.sets.split(",") for n in (derived.DERIVED if part == "derived" else [part])]
+    for name in names:
         systems = args.systems.split(",")
         if _standardized(name):
             systems += [s + L2_SUFFIX for s in systems if s != "slide" and not s.endswith(L2_SUFFIX)]

@@ -1,0 +1,65 @@
+"""The derived benchmark sets (benchmarks/derived.py, ``suite.py --sets derived``): built from
+the shared sets' files as documented, deterministically, test rows kept apart."""
+import importlib.util
+import os
+
+import numpy as np
+import scipy.sparse as sp
+
+import slide
+
+from conftest import ROOT, dataset_dir
+
+
+def _derived():
+    spec = importlib.util.spec_from_file_location("derived", os.path.join(ROOT, "benchmarks", "derived.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _source(name):
+    d = dataset_dir(name)
+    return str(d / "train.txt"), str(d / "test.txt")
+
+
+def _rows(ds):
+    X, Y = ds.features.tocsr(), ds.labels.tocsr()
+    return {(tuple(X[i].indices), tuple(np.round(X[i].data, 5)), tuple(Y[i].indices)) for i in range(X.shape[0])}
+
+
+def test_a_subsample_is_n_training_rows_of_the_set_and_its_whole_test_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLIDE_CACHE_DIR", str(tmp_path))
+    derived = _derived()
+    train, test = derived.paths("bibtex-s400", _source)
+    assert train.startswith(str(tmp_path / "derived" / "bibtex-s400"))
+    tr, te = slide.load_dataset(train, cache=False), slide.load_dataset(test, cache=False)
+    src_tr, src_te = (slide.load_dataset(p, cache=False) for p in _source("bibtex"))
+    assert tr.features.shape == (400, src_tr.num_features) and tr.num_labels == src_tr.num_labels
+    assert _rows(tr) <= _rows(src_tr)
+    assert te.features.shape == src_te.features.shape and _rows(te) == _rows(src_te)
+    # the same rows on a second build
+    again = tmp_path / "again"
+    monkeypatch.setenv("SLIDE_CACHE_DIR", str(again))
+    tr2 = slide.load_dataset(derived.paths("bibtex-s400", _source)[0], cache=False)
+    assert (tr2.features != tr.features).nnz == 0 and (tr2.labels != tr.labels).nnz == 0
+
+
+def test_words4k_has_the_documented_shape_and_labels_disjoint_from_features(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLIDE_CACHE_DIR", str(tmp_path))
+    derived = _derived()
+    tr, te = (slide.load_dataset(p, cache=False) for p in derived.paths("words4k", _source))
+    assert tr.features.shape == (1053, 5000) and te.features.shape == (3000, 5000)
+    assert tr.num_labels == te.num_labels == 4000
+    assert np.diff(tr.labels.tocsr().indptr).min() >= 1 and np.diff(tr.features.tocsr().indptr).min() >= 1
+    # about 13 labels a point, few positives a label
+    assert 10 < tr.labels.nnz / 1053 < 17 and tr.labels.nnz / 4000 < 5
+    # no label is a copy of a feature: words that always occur together (as "hong" and "kong")
+    # put a feature on exactly a label's points now and then (14 of 4,000 labels); features
+    # that held the label words themselves would do so for thousands
+    F = (sp.vstack([tr.features, te.features]) > 0).astype(np.float32).tocsr()
+    Y = sp.vstack([tr.labels, te.labels]).tocsr()
+    C = (Y.T @ F).tocoo()
+    ly, fx = np.asarray(Y.sum(axis=0)).ravel(), np.asarray(F.sum(axis=0)).ravel()
+    copies = (C.data == ly[C.row]) & (C.data == fx[C.col]) & (ly[C.row] >= 3)
+    assert copies.sum() <= 40
