@@ -18,8 +18,8 @@ from .output_init import init_output_centroids
 log = logging.getLogger("slide")
 
 # training.test_every: auto evaluates the test split about this many times a phase: on a set of
-# 4,000 labels and 3,000 test points the term's scoring of every test row after each of 134
-# epochs took twice the training time.
+# 4,000 labels and 3,000 test points, scoring every test row (with the label term) after each of
+# 149 epochs took 2.6 times the training time (89 s against 34 s).
 TEST_EVALS = 20
 
 
