@@ -156,7 +156,8 @@ class TrainingConfig:
                                              "used to choose) at every N-th end of epoch and at the last epoch of "
                                              "the count; auto = every epoch of a phase of at most 20 epochs, else "
                                              "about 20 times a phase (the search of epochs=auto counts "
-                                             "max_epochs); the final evaluation is always of the whole test set",
+                                             "max_epochs); evaluations every eval_every batches always score "
+                                             "it, and the final evaluation is always of the whole test set",
                                      min=1, auto=True)
     checkpoint_every: int = _f(1, "write a checkpoint every N epochs; 0 = only at the end", min=0)
     checkpoint_minutes: float = _f(10.0, "also checkpoint when this many minutes passed; 0 = off", min=0.0)

@@ -784,5 +784,11 @@ def test_the_test_split_is_evaluated_about_twenty_times_a_long_phase_and_after_i
     assert all("test/P@1" in r for r in small(epochs=25, hidden=8, test_every=1).fit(train, test=test).records)
     hist = small(epochs=7, hidden=8, test_every=3).fit(train, test=test)
     assert [r["epoch"] for r in hist.records if "test/P@1" in r] == [3, 6, 7]
+    # evaluations every eval_every batches (mid-epoch) always score it
+    hist = small(epochs=25, hidden=8, eval_every=5, patience=0).fit(train, test=test)
+    mid = [r for r in hist.records if r["epoch"] != int(r["epoch"])]
+    assert mid and all("test/P@1" in r for r in mid)
+    assert [r["epoch"] for r in hist.records if r["epoch"] == int(r["epoch"]) and "test/P@1" in r] == \
+        list(range(2, 25, 2)) + [25]                                          # ceil(25 / 20) = 2
     with pytest.raises(ConfigError, match=r"training\.test_every"):
         small(test_every=0)
