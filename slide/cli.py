@@ -103,13 +103,12 @@ def _metric_line(rec: Dict) -> str:
     order = {"P": 0, "nDCG": 1, "PSP": 2}
     shown = sorted((k for k in rec if _METRIC_KEY.match(k)),
                    key=lambda k: (order[_METRIC_KEY.match(k).group(1)], int(_METRIC_KEY.match(k).group(2))))
-    if "valid/P@1" in rec and "test/P@1" in rec:  # the unprefixed keys are the test set's
-        shown.append("valid/P@1")
-    # without the test split (none given, or not evaluated at this epoch: training.test_every)
-    # the unprefixed keys are the validation split's: say so
-    split = "valid/" if "valid/P@1" in rec and "test/P@1" not in rec else ""
-    return "  ".join(head + [f"{split if '/' not in k else ''}{k} {rec[k]:.4f}" for k in shown
-                             if rec[k] is not None])
+    if "test/P@1" in rec:
+        if "valid/P@1" in rec:  # the unprefixed keys are the test set's
+            shown.append("valid/P@1")
+    elif "valid/P@1" in rec:    # validation only (none given, or training.test_every skipped it): say so
+        shown = ["valid/" + k for k in shown]
+    return "  ".join(head + [f"{k} {rec[k]:.4f}" for k in shown if rec[k] is not None])
 
 
 def _metrics_table(metrics: Dict, ks: Sequence[int]) -> str:
