@@ -12,7 +12,7 @@ Data: the 12 sets of ``../shared/datasets`` (Bibtex and Delicious from the proje
 ``datasets/``), their given train/test files, the same files for every system. ``--sets derived``:
 the sets of ``benchmarks/derived.py``, built from those (tiny subsamples of their training
 files, a 4,000-label text task, dense features), in regimes the 12 do not cover; results in
-``benchmarks/results/suite_derived.json``.
+``benchmarks/results/suite_derived.json`` (with ``--seeds``: ``suite_derived_seeds.json``).
 
 Systems, each run as a user would run it, in a fresh process of its own (so that peak RSS is
 the system's own), with the same number of threads (``--threads``, default 2):
@@ -61,8 +61,6 @@ import derived  # noqa: E402  (benchmarks/derived.py)
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "datasets"
 RESULTS = ROOT / "benchmarks" / "results" / "suite.json"
-RESULTS_SEEDS = ROOT / "benchmarks" / "results" / "suite_seeds.json"
-RESULTS_DERIVED = ROOT / "benchmarks" / "results" / "suite_derived.json"
 SETS = ["bibtex", "delicious", "corel5k", "enron", "medical", "yeast", "scene", "tmc2007-500",
         "corel16k001", "rcv1subset2", "stackex-chemistry", "yahoo-arts"]
 SYSTEMS = ["slide", "napkinxc", "pecos", "torch"]
@@ -240,10 +238,9 @@ def main(argv=None) -> int:
         print(json.dumps(worker(args.worker[0], args.worker[1], args.threads, args.seed)), flush=True)
         return 0
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [None]
-    if args.seeds and args.out == str(RESULTS):
-        args.out = str(RESULTS_SEEDS)
-    elif args.sets == "derived" and args.out == str(RESULTS):
-        args.out = str(RESULTS_DERIVED)
+    if args.out == str(RESULTS):   # the default file of these sets and seeds
+        stem = "suite" + ("_derived" if args.sets == "derived" else "") + ("_seeds" if args.seeds else "")
+        args.out = str(RESULTS.with_name(stem + ".json"))
     fmt = format_seeds_table if args.seeds else format_table
     if args.table_only:
         print(fmt(json.loads(Path(args.out).read_text())["rows"]))
