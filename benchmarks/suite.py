@@ -7,6 +7,7 @@
     python benchmarks/suite.py --table-only                     # reprint from results/suite.json
     python benchmarks/suite.py --seeds 0,1,2,3,4 --sets yeast   # every system once per seed
     python benchmarks/suite.py --sets derived                   # sets derived from them (derived.py)
+    python benchmarks/suite.py --sets scene --merge             # rerun one set, keep the others' rows
 
 Data: the 12 sets of ``../shared/datasets`` (Bibtex and Delicious from the project's own
 ``datasets/``), their given train/test files, the same files for every system. ``--sets derived``:
@@ -169,6 +170,12 @@ def run_isolated(system: str, name: str, threads: int, python: str, timeout: flo
     return {"set": name, "system": system, "error": f"exit {p.returncode}: {tail[0][:200]}"}
 
 
+def merge_rows(old, new):
+    """``--merge``: the rows of ``old`` whose sets ``new`` does not run, then ``new``."""
+    done = {r["set"] for r in new}
+    return [r for r in old if r["set"] not in done] + list(new)
+
+
 def format_table(rows) -> str:
     by = {}
     for r in rows:
@@ -228,6 +235,8 @@ def main(argv=None) -> int:
                     help="a Python with libpecos (NumPy<2) and slide installed")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per system and set")
     ap.add_argument("--table-only", action="store_true")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the rows of other sets already in --out (the sets run now replace theirs)")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--seeds", help="comma-separated training.seed values: every system once per seed "
                                     "(writes results/suite_seeds.json unless --out is given)")
@@ -263,6 +272,8 @@ def main(argv=None) -> int:
                 shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()
                          if k in ("set", "system", "seed", "P@1", "train_seconds", "error")}
                 print(json.dumps(shown), flush=True)
+    if args.merge and Path(args.out).exists():
+        rows = merge_rows(json.loads(Path(args.out).read_text())["rows"], rows)
     table = fmt(rows)
     print(table)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

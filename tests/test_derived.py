@@ -63,3 +63,14 @@ def test_words4k_has_the_documented_shape_and_labels_disjoint_from_features(tmp_
     ly, fx = np.asarray(Y.sum(axis=0)).ravel(), np.asarray(F.sum(axis=0)).ravel()
     copies = (C.data == ly[C.row]) & (C.data == fx[C.col]) & (ly[C.row] >= 3)
     assert copies.sum() <= 40
+
+
+def test_suite_merge_replaces_the_rows_of_the_sets_run_again():
+    spec = importlib.util.spec_from_file_location("suite", os.path.join(ROOT, "benchmarks", "suite.py"))
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    old = [{"set": "scene", "system": "slide", "P@1": 0.1}, {"set": "yeast", "system": "slide", "P@1": 0.2},
+           {"set": "scene", "system": "torch", "P@1": 0.3}]
+    new = [{"set": "scene", "system": "slide", "P@1": 0.4}]
+    assert suite.merge_rows(old, new) == [{"set": "yeast", "system": "slide", "P@1": 0.2},
+                                          {"set": "scene", "system": "slide", "P@1": 0.4}]
