@@ -13,7 +13,8 @@ Data: the 12 sets of ``../shared/datasets`` (Bibtex and Delicious from the proje
 ``datasets/``), their given train/test files, the same files for every system. ``--sets derived``:
 the sets of ``benchmarks/derived.py``, built from those (tiny subsamples of their training
 files, a 4,000-label text task, dense features), in regimes the 12 do not cover; results in
-``benchmarks/results/suite_derived.json`` (with ``--seeds``: ``suite_derived_seeds.json``).
+``benchmarks/results/suite_derived.json`` (with ``--seeds``: ``suite_derived_seeds.json``), also
+when only some of them are named (``--sets densercv``).
 
 Systems, each run as a user would run it, in a fresh process of its own (so that peak RSS is
 the system's own), with the same number of threads (``--threads``, default 2):
@@ -170,6 +171,11 @@ def run_isolated(system: str, name: str, threads: int, python: str, timeout: flo
     return {"set": name, "system": system, "error": f"exit {p.returncode}: {tail[0][:200]}"}
 
 
+def _set_names(sets: str):
+    """``--sets``: comma-separated names, ``derived`` standing for the sets of derived.py."""
+    return [n for part in sets.split(",") for n in (derived.DERIVED if part == "derived" else [part])]
+
+
 def merge_rows(old, new):
     """``--merge``: the rows of ``old`` whose sets ``new`` does not run, then ``new``."""
     done = {r["set"] for r in new}
@@ -248,14 +254,16 @@ def main(argv=None) -> int:
         return 0
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [None]
     if args.out == str(RESULTS):   # the default file of these sets and seeds
-        stem = "suite" + ("_derived" if args.sets == "derived" else "") + ("_seeds" if args.seeds else "")
+        # sets of benchmarks/derived.py alone (--sets derived, or some by name) have their own file
+        stem = "suite" + ("_derived" if all(n in derived.DERIVED for n in _set_names(args.sets)) else "") \
+            + ("_seeds" if args.seeds else "")
         args.out = str(RESULTS.with_name(stem + ".json"))
     fmt = format_seeds_table if args.seeds else format_table
     if args.table_only:
         print(fmt(json.loads(Path(args.out).read_text())["rows"]))
         return 0
     rows = []
-    names = [n for part in args.sets.split(",") for n in (derived.DERIVED if part == "derived" else [part])]
+    names = _set_names(args.sets)
     for name in names:
         systems = args.systems.split(",")
         if _standardized(name):

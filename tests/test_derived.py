@@ -74,3 +74,22 @@ def test_suite_merge_replaces_the_rows_of_the_sets_run_again():
     new = [{"set": "scene", "system": "slide", "P@1": 0.4}]
     assert suite.merge_rows(old, new) == [{"set": "yeast", "system": "slide", "P@1": 0.2},
                                           {"set": "scene", "system": "slide", "P@1": 0.4}]
+
+
+def test_suite_names_the_results_file_of_derived_sets_run_by_name(tmp_path, monkeypatch):
+    """--sets densercv (a derived set by name) writes suite_derived*.json, not the 12 sets' file."""
+    spec = importlib.util.spec_from_file_location("suite", os.path.join(ROOT, "benchmarks", "suite.py"))
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    assert suite._set_names("derived,scene")[-1] == "scene" and "densercv" in suite._set_names("derived")
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(suite, "RESULTS", results / "suite.json")
+    for sets, seeds, name in (("densercv", None, "suite_derived.json"), ("densercv,words4k", "0", "suite_derived_seeds.json"),
+                              ("scene", "0", "suite_seeds.json"), ("scene,densercv", None, "suite.json")):
+        (results / name).write_text('{"rows": [{"set": "x", "system": "slide", "P@1": 0.5, "train_seconds": 1,'
+                                    ' "peak_rss_bytes": 1048576, "seed": 0}]}')
+        argv = ["--sets", sets, "--table-only"] + (["--seeds", seeds] if seeds else [])
+        monkeypatch.setattr(suite, "RESULTS", results / "suite.json")
+        assert suite.main(argv) == 0
+        (results / name).unlink()   # read back from the file of that name (a missing one would raise)
