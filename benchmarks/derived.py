@@ -6,9 +6,10 @@ on some); the files are built once, deterministically, under ``$SLIDE_CACHE_DIR/
 are subsampled, and nothing here is chosen on test scores.
 
 * ``<set>-s<n>`` (``bibtex-s400``, ``corel5k-s600``, ``delicious-s1000``,
-  ``stackex-chemistry-s500``, ``yahoo-arts-s800``): ``n`` training points of the set drawn at
-  random (seed 0), its whole test file: tiny data with a few positives per label (bibtex-s400:
-  about 6 a label).
+  ``stackex-chemistry-s500``, ``yahoo-arts-s800``, ``scene-s400``, ``yeast-s400``): ``n``
+  training points of the set drawn at random (seed 0), its whole test file: tiny data with a
+  few positives per label (bibtex-s400: about 6 a label); the last two tiny with dense
+  real-valued features and few labels (6 and 14), the shape of a small audio or image set.
 * ``words4k``: a text task shaped like a small EUR-Lex-4K (5,000 tf-idf features, 4,000
   labels, 1,053 training and 3,000 test points): the 6,000 rcv1subset2 documents (train and
   test files), whose labels are the words of document-frequency rank 1,500-5,500 present in
@@ -29,7 +30,7 @@ import scipy.sparse as sp
 
 SUBSAMPLES = {"bibtex-s400": ("bibtex", 400), "corel5k-s600": ("corel5k", 600),
               "delicious-s1000": ("delicious", 1000), "stackex-chemistry-s500": ("stackex-chemistry", 500),
-              "yahoo-arts-s800": ("yahoo-arts", 800)}
+              "yahoo-arts-s800": ("yahoo-arts", 800), "scene-s400": ("scene", 400), "yeast-s400": ("yeast", 400)}
 DERIVED = list(SUBSAMPLES) + ["words4k", "densercv"]
 
 

@@ -35,9 +35,11 @@ A number sets ``w`` (0 = off).
 The choice is made on the one validation split of ``epochs: auto`` (80 points on a 400-point
 set). Choosing instead on five folds of train pooled (the split plus four more networks, each
 searched with another fifth held out, same rule on all the rows) was measured on 2026-12-06 and
-not adopted: on 400 points drawn from the training files of eight shared sets (two draws each,
-P@1 on up to 4,000 other training points) it changed P@1 by +0.0009 on average (from -0.031 on
-yahoo-arts to +0.057 on stackex-chemistry), for about twice the training time.
+not adopted. On points drawn from the training files of the shared sets, P@1 on up to 4,000
+other training points: 400 points, ten sets (19 draws), +0.0018 on average, 5 up and 8 down
+(from -0.031 on yahoo-arts to +0.057 on stackex-chemistry); 1,000 points, seven sets (13
+draws), -0.0027, 1 up and 7 down. The pooled folds mostly turned the term off where the split
+had kept it, and cost about twice the training time.
 
 Which labels are scored: on an output layer of at most :data:`FULL_LABELS` labels, every label
 (exact). On a wider one, the union per row of the network's top :data:`POOL` labels (from the
