@@ -792,3 +792,20 @@ def test_the_test_split_is_evaluated_about_twenty_times_a_long_phase_and_after_i
         list(range(2, 25, 2)) + [25]                                          # ceil(25 / 20) = 2
     with pytest.raises(ConfigError, match=r"training\.test_every"):
         small(test_every=0)
+
+
+def test_an_early_search_best_gives_way_to_the_first_evaluation_after_one_decay_period():
+    """epochs=auto: a best booked before optimizer.lr_decay_min_steps steps (an early network that
+    ranks frequent labels first on a small validation split) does not hold the search's best past
+    that point; outside the search (a count of epochs) the best is kept as measured."""
+    from slide.history import History
+
+    for phase, reset in (("search", True), ("train", False)):
+        net = slide.Network(num_features=4, num_labels=3, hidden=4, threads=1)
+        net._phase, net._snapshot_best = phase, False
+        h = History()
+        marks = [(6, 0.8, 2, True), (30, 0.7, 10, False), (51, 0.6, 17, reset), (60, 0.65, 20, reset)]
+        for step, score, epoch, new_best in marks:
+            net._core.step = step
+            assert net._track_best(score, epoch, h) is new_best, (phase, step)
+        assert (net._best_score, net._best_epoch) == ((0.65, 20) if reset else (0.8, 2))
