@@ -409,7 +409,9 @@ class Network(_EpochLoop, _LabelTerm):
         after every epoch; the learning rate is multiplied by ``optimizer.lr_plateau`` whenever
         validation P@1 has not improved for ``lr_plateau_patience`` evaluations, and the search
         stops after ``training.patience`` evaluations without improvement (or at
-        ``max_epochs`` / half of ``time_budget``). Then, when the split came out of train and
+        ``max_epochs`` / half of ``time_budget``); a best measured before
+        ``optimizer.lr_decay_min_steps`` steps gives way to the first evaluation after them (an
+        early peak of a network that ranks frequent labels first). Then, when the split came out of train and
         ``training.refit`` is on, a *refit* trains a fresh network on all of train for the best
         number of epochs, replaying the search's learning rates (records carry ``"phase"``).
         Otherwise the best weights of the search are kept. Before the refit, a cheap search is
