@@ -253,9 +253,10 @@ def main(argv=None) -> int:
         print(json.dumps(worker(args.worker[0], args.worker[1], args.threads, args.seed)), flush=True)
         return 0
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [None]
+    names = _set_names(args.sets)
     if args.out == str(RESULTS):   # the default file of these sets and seeds
         # sets of benchmarks/derived.py alone (--sets derived, or some by name) have their own file
-        stem = "suite" + ("_derived" if all(n in derived.DERIVED for n in _set_names(args.sets)) else "") \
+        stem = "suite" + ("_derived" if all(n in derived.DERIVED for n in names) else "") \
             + ("_seeds" if args.seeds else "")
         args.out = str(RESULTS.with_name(stem + ".json"))
     fmt = format_seeds_table if args.seeds else format_table
@@ -263,7 +264,6 @@ def main(argv=None) -> int:
         print(fmt(json.loads(Path(args.out).read_text())["rows"]))
         return 0
     rows = []
-    names = _set_names(args.sets)
     for name in names:
         systems = args.systems.split(",")
         if _standardized(name):

@@ -11,8 +11,9 @@ import slide
 from conftest import ROOT, dataset_dir
 
 
-def _derived():
-    spec = importlib.util.spec_from_file_location("derived", os.path.join(ROOT, "benchmarks", "derived.py"))
+def _benchmark(name):
+    """benchmarks/<name>.py as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", name + ".py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -30,7 +31,7 @@ def _rows(ds):
 
 def test_a_subsample_is_n_training_rows_of_the_set_and_its_whole_test_file(tmp_path, monkeypatch):
     monkeypatch.setenv("SLIDE_CACHE_DIR", str(tmp_path))
-    derived = _derived()
+    derived = _benchmark("derived")
     train, test = derived.paths("bibtex-s400", _source)
     assert train.startswith(str(tmp_path / "derived" / "bibtex-s400"))
     tr, te = slide.load_dataset(train, cache=False), slide.load_dataset(test, cache=False)
@@ -47,7 +48,7 @@ def test_a_subsample_is_n_training_rows_of_the_set_and_its_whole_test_file(tmp_p
 
 def test_words4k_has_the_documented_shape_and_labels_disjoint_from_features(tmp_path, monkeypatch):
     monkeypatch.setenv("SLIDE_CACHE_DIR", str(tmp_path))
-    derived = _derived()
+    derived = _benchmark("derived")
     tr, te = (slide.load_dataset(p, cache=False) for p in derived.paths("words4k", _source))
     assert tr.features.shape == (1053, 5000) and te.features.shape == (3000, 5000)
     assert tr.num_labels == te.num_labels == 4000
@@ -66,9 +67,7 @@ def test_words4k_has_the_documented_shape_and_labels_disjoint_from_features(tmp_
 
 
 def test_suite_merge_replaces_the_rows_of_the_sets_run_again():
-    spec = importlib.util.spec_from_file_location("suite", os.path.join(ROOT, "benchmarks", "suite.py"))
-    suite = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite)
+    suite = _benchmark("suite")
     old = [{"set": "scene", "system": "slide", "P@1": 0.1}, {"set": "yeast", "system": "slide", "P@1": 0.2},
            {"set": "scene", "system": "torch", "P@1": 0.3}]
     new = [{"set": "scene", "system": "slide", "P@1": 0.4}]
@@ -78,9 +77,7 @@ def test_suite_merge_replaces_the_rows_of_the_sets_run_again():
 
 def test_suite_names_the_results_file_of_derived_sets_run_by_name(tmp_path, monkeypatch):
     """--sets densercv (a derived set by name) writes suite_derived*.json, not the 12 sets' file."""
-    spec = importlib.util.spec_from_file_location("suite", os.path.join(ROOT, "benchmarks", "suite.py"))
-    suite = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite)
+    suite = _benchmark("suite")
     assert suite._set_names("derived,scene")[-1] == "scene" and "densercv" in suite._set_names("derived")
     results = tmp_path / "results"
     results.mkdir()
@@ -90,6 +87,5 @@ def test_suite_names_the_results_file_of_derived_sets_run_by_name(tmp_path, monk
         (results / name).write_text('{"rows": [{"set": "x", "system": "slide", "P@1": 0.5, "train_seconds": 1,'
                                     ' "peak_rss_bytes": 1048576, "seed": 0}]}')
         argv = ["--sets", sets, "--table-only"] + (["--seeds", seeds] if seeds else [])
-        monkeypatch.setattr(suite, "RESULTS", results / "suite.json")
         assert suite.main(argv) == 0
         (results / name).unlink()   # read back from the file of that name (a missing one would raise)
