@@ -8,6 +8,7 @@
     python benchmarks/suite.py --seeds 0,1,2,3,4 --sets yeast   # every system once per seed
     python benchmarks/suite.py --sets derived                   # sets derived from them (derived.py)
     python benchmarks/suite.py --sets scene --merge             # rerun one set, keep the others' rows
+    python benchmarks/suite.py --systems slide --merge          # rerun slide, keep the peers' rows
 
 Data: the 12 sets of ``../shared/datasets`` (Bibtex and Delicious from the project's own
 ``datasets/``), their given train/test files, the same files for every system. ``--sets derived``:
@@ -177,9 +178,9 @@ def _set_names(sets: str):
 
 
 def merge_rows(old, new):
-    """``--merge``: the rows of ``old`` whose sets ``new`` does not run, then ``new``."""
-    done = {r["set"] for r in new}
-    return [r for r in old if r["set"] not in done] + list(new)
+    """``--merge``: the rows of ``old`` whose (set, system) ``new`` does not run, then ``new``."""
+    done = {(r["set"], r["system"]) for r in new}
+    return [r for r in old if (r["set"], r["system"]) not in done] + list(new)
 
 
 def format_table(rows) -> str:
@@ -242,7 +243,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per system and set")
     ap.add_argument("--table-only", action="store_true")
     ap.add_argument("--merge", action="store_true",
-                    help="keep the rows of other sets already in --out (the sets run now replace theirs)")
+                    help="keep the rows already in --out of other sets and systems "
+                         "(the set and system pairs run now replace theirs)")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--seeds", help="comma-separated training.seed values: every system once per seed "
                                     "(writes results/suite_seeds.json unless --out is given)")

@@ -66,13 +66,15 @@ def test_words4k_has_the_documented_shape_and_labels_disjoint_from_features(tmp_
     assert copies.sum() <= 40
 
 
-def test_suite_merge_replaces_the_rows_of_the_sets_run_again():
+def test_suite_merge_replaces_the_rows_of_the_sets_and_systems_run_again():
     suite = _benchmark("suite")
-    old = [{"set": "scene", "system": "slide", "P@1": 0.1}, {"set": "yeast", "system": "slide", "P@1": 0.2},
-           {"set": "scene", "system": "torch", "P@1": 0.3}]
-    new = [{"set": "scene", "system": "slide", "P@1": 0.4}]
+    old = [{"set": "scene", "system": "slide", "P@1": 0.1, "seed": 0}, {"set": "yeast", "system": "slide", "P@1": 0.2},
+           {"set": "scene", "system": "torch", "P@1": 0.3}, {"set": "scene", "system": "slide", "P@1": 0.5, "seed": 1}]
+    new = [{"set": "scene", "system": "slide", "P@1": 0.4, "seed": 0}]
+    # every old seed of (scene, slide) gives way; the peer's row on scene and yeast's row stay
     assert suite.merge_rows(old, new) == [{"set": "yeast", "system": "slide", "P@1": 0.2},
-                                          {"set": "scene", "system": "slide", "P@1": 0.4}]
+                                          {"set": "scene", "system": "torch", "P@1": 0.3},
+                                          {"set": "scene", "system": "slide", "P@1": 0.4, "seed": 0}]
 
 
 def test_suite_names_the_results_file_of_derived_sets_run_by_name(tmp_path, monkeypatch):
