@@ -8,6 +8,7 @@ Layers: ``pytest -m "not slow"`` leaves out the tests marked ``slow`` (long trai
 end-to-end subprocess checks); plain ``pytest`` runs everything.
 """
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,23 @@ def load_split(name: str):
     """``(train, test)`` :class:`slide.Dataset` objects of a real data set."""
     d = dataset_dir(name)
     return slide.load_dataset(d / "train.txt"), slide.load_dataset(d / "test.txt")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sigint_raises_keyboard_interrupt():
+    """The Ctrl-C tests send SIGINT to this process and to ``slide train`` children. A shell that
+    starts the suite as a background job without job control (``pytest ... &`` in a script)
+    hands it SIGINT ignored; Python then keeps it ignored and so do its children, through exec,
+    and those tests would fail for the launcher's sake. Python's own handler is put back for the
+    session (children then start with the default)."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @pytest.fixture(scope="session")
