@@ -51,14 +51,13 @@ def _sigint_raises_keyboard_interrupt():
     hands it SIGINT ignored; Python then keeps it ignored and so do its children, through exec,
     and those tests would fail for the launcher's sake. Python's own handler is put back for the
     session (children then start with the default)."""
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        yield
-        return
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(scope="session")
