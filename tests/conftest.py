@@ -7,6 +7,7 @@ saying so, when that folder does not hold them.
 Layers: ``pytest -m "not slow"`` leaves out the tests marked ``slow`` (long training runs and
 end-to-end subprocess checks); plain ``pytest`` runs everything.
 """
+import importlib.util
 import os
 import signal
 import subprocess
@@ -23,6 +24,14 @@ DATASETS = ROOT / "datasets"
 BIBTEX = DATASETS / "bibtex"
 DELICIOUS = DATASETS / "delicious"
 SHARED_DATASETS = ROOT.parent / "shared" / "datasets"
+
+
+def benchmark_module(name: str):
+    """benchmarks/<name>.py as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def dataset_dir(name: str) -> Path:

@@ -8,7 +8,7 @@ import pytest
 
 from slide.config import ConfigError
 
-from conftest import BIBTEX, ROOT
+from conftest import BIBTEX, benchmark_module
 
 SYSTEM_KEYS = {"train_seconds", "samples", "samples_per_second", "best_P@1", "best_P@1_seconds",
                "final", "peak_rss_bytes", "rss_growth_bytes", "threads"}
@@ -177,15 +177,8 @@ def test_compare_in_process_on_in_memory_datasets(tmp_path):
     assert (tmp_path / "compare.json").exists() and (tmp_path / "compare.png").exists()
 
 
-def _run_all_module():
-    spec = importlib.util.spec_from_file_location("run_all", os.path.join(ROOT, "benchmarks", "run_all.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_seed_table_gives_mean_and_range_over_seeds_and_counts_wins():
-    run_all = _run_all_module()
+    run_all = benchmark_module("run_all")
 
     def result(seed, slide_p1, torch_p1, ratio):
         system = lambda p1: {"summary": {"final": {"P@1": p1}, "best_P@1": p1 + 0.01}}

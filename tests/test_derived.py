@@ -1,22 +1,11 @@
 """The derived benchmark sets (benchmarks/derived.py, ``suite.py --sets derived``): built from
 the shared sets' files as documented, deterministically, test rows kept apart."""
-import importlib.util
-import os
-
 import numpy as np
 import scipy.sparse as sp
 
 import slide
 
-from conftest import ROOT, dataset_dir
-
-
-def _benchmark(name):
-    """benchmarks/<name>.py as a module (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", name + ".py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from conftest import benchmark_module, dataset_dir
 
 
 def _source(name):
@@ -31,7 +20,7 @@ def _rows(ds):
 
 def test_a_subsample_is_n_training_rows_of_the_set_and_its_whole_test_file(tmp_path, monkeypatch):
     monkeypatch.setenv("SLIDE_CACHE_DIR", str(tmp_path))
-    derived = _benchmark("derived")
+    derived = benchmark_module("derived")
     train, test = derived.paths("bibtex-s400", _source)
     assert train.startswith(str(tmp_path / "derived" / "bibtex-s400"))
     tr, te = slide.load_dataset(train, cache=False), slide.load_dataset(test, cache=False)
@@ -48,7 +37,7 @@ def test_a_subsample_is_n_training_rows_of_the_set_and_its_whole_test_file(tmp_p
 
 def test_words4k_has_the_documented_shape_and_labels_disjoint_from_features(tmp_path, monkeypatch):
     monkeypatch.setenv("SLIDE_CACHE_DIR", str(tmp_path))
-    derived = _benchmark("derived")
+    derived = benchmark_module("derived")
     tr, te = (slide.load_dataset(p, cache=False) for p in derived.paths("words4k", _source))
     assert tr.features.shape == (1053, 5000) and te.features.shape == (3000, 5000)
     assert tr.num_labels == te.num_labels == 4000
@@ -67,7 +56,7 @@ def test_words4k_has_the_documented_shape_and_labels_disjoint_from_features(tmp_
 
 
 def test_suite_merge_replaces_the_rows_of_the_sets_and_systems_run_again():
-    suite = _benchmark("suite")
+    suite = benchmark_module("suite")
     old = [{"set": "scene", "system": "slide", "P@1": 0.1, "seed": 0}, {"set": "yeast", "system": "slide", "P@1": 0.2},
            {"set": "scene", "system": "torch", "P@1": 0.3}, {"set": "scene", "system": "slide", "P@1": 0.5, "seed": 1}]
     new = [{"set": "scene", "system": "slide", "P@1": 0.4, "seed": 0}]
@@ -79,7 +68,7 @@ def test_suite_merge_replaces_the_rows_of_the_sets_and_systems_run_again():
 
 def test_suite_names_the_results_file_of_derived_sets_run_by_name(tmp_path, monkeypatch):
     """--sets densercv (a derived set by name) writes suite_derived*.json, not the 12 sets' file."""
-    suite = _benchmark("suite")
+    suite = benchmark_module("suite")
     assert suite._set_names("derived,scene")[-1] == "scene" and "densercv" in suite._set_names("derived")
     results = tmp_path / "results"
     results.mkdir()

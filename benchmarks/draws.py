@@ -1,0 +1,213 @@
+#!/usr/bin/env python
+"""Changes to the default ``slide train`` measured on points held out of the training files.
+
+    python benchmarks/draws.py --sets yeast,scene,enron --points 400 --draws 0,1,2 \\
+        --variant 'min_steps_25={"optimizer": {"lr_decay_min_steps": 25}}'
+    python benchmarks/draws.py --sets yeast --points 1000 --draws 0,1 --ensemble 3
+
+This is how a default is chosen here without reading a test file. A draw takes ``--points`` rows
+of a set's training file at random (numpy seed ``[draw, 991]``) to train on, and scores P@1/3/5 on
+up to ``--held`` (4,000) other rows of the same file. The default configuration and every
+``--variant`` (a name and the JSON of the settings it overrides, merged into the default) train on
+the same rows with ``training.seed`` = the draw, so that a draw compares them on equal terms; a
+few hundred points is the regime where the defaults are least certain (the validation split of
+``epochs: auto`` is a fifth of them).
+
+``--ensemble K`` adds a row for a seed ensemble of the default: K networks (``training.seed`` =
+the draw, +1000, +2000, ...) whose probabilities are averaged before ranking (the ``z + weight *
+cos`` scores each network ranks by, as a sigmoid or softmax in float64). It costs K times the
+training; it needs an output layer of at most 4,096 labels (every label scored).
+
+Prints per set the mean P@1 over draws of each row and its change against the default, then the
+change over sets (mean, sets up and down); writes every run to ``benchmarks/results/draws.json``
+(``--out``). Sets are named as in ``benchmarks/suite.py`` (the 12 real sets; Bibtex and Delicious
+from the project's ``datasets/``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from suite import data_paths  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "draws.json"
+ENSEMBLE_SEED_STEP = 1000
+
+
+def merge(base: dict, over: dict) -> dict:
+    """``over`` merged into ``base`` section by section (a new dict)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out.get(k, {}), v) if isinstance(v, dict) else v
+    return out
+
+
+def parse_variant(text: str):
+    """``NAME={json}`` -> (name, overrides), with an error that says which part is wrong."""
+    name, sep, body = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"--variant {text!r}: expected NAME={{json}}")
+    try:
+        over = json.loads(body)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"--variant {name}: not JSON ({e})") from None
+    if not isinstance(over, dict):
+        raise argparse.ArgumentTypeError(f"--variant {name}: expected a JSON object of config sections")
+    return name.strip(), over
+
+
+def draw_rows(n_rows: int, points: int, held: int, draw: int):
+    """The training rows and the held-out rows of one draw (sorted), disjoint."""
+    if points >= n_rows:
+        raise SystemExit(f"--points {points}: the training file has only {n_rows} rows "
+                         "(some must be left to score on)")
+    perm = np.random.default_rng([draw, 991]).permutation(n_rows)
+    return np.sort(perm[:points]), np.sort(perm[points:points + held])
+
+
+def probabilities(net, X) -> np.ndarray:
+    """Every label's probability under ``net`` as it ranks labels (with its label-centroid term),
+    float64, rows x labels."""
+    from slide import centroids as C
+
+    L = int(net.num_labels)
+    if L > C.FULL_LABELS:
+        raise SystemExit(f"--ensemble: {L} labels; seed ensembles are measured on at most {C.FULL_LABELS}")
+    arrays = net._convert(X.tocsr(), None)
+    out = np.zeros((X.shape[0], L))
+    weight = net.centroid_weight
+    if weight:
+        for s, e, _, _, z, sv in C.pools(net, arrays, net._centroids, "exact", 1):
+            out[s:e] = (z.astype(np.float64) + weight * sv).reshape(e - s, L)
+    else:
+        for s, e, ip, ix, xv in C._chunks(arrays, 512):
+            out[s:e] = C._all_logits(net._core, ip, ix, xv, e - s, L).reshape(e - s, L)
+    if net.config.layers[-1].activation == "sigmoid":
+        return 1.0 / (1.0 + np.exp(-np.clip(out, -700.0, 700.0)))
+    out -= out.max(axis=1, keepdims=True)
+    np.exp(out, out=out)
+    return out / out.sum(axis=1, keepdims=True)
+
+
+def _scores(top: np.ndarray, Y) -> dict:
+    import slide
+
+    m = slide.metrics.evaluate(top, Y, k=(1, 3, 5))
+    return {k: float(m[k]) for k in ("P@1", "P@3", "P@5")}
+
+
+def run_draw(name: str, X, Y, draw: int, points: int, held: int, variants, ensemble: int, threads: int):
+    """One draw of one set: a row per variant (the default first) and the ensemble's."""
+    import slide
+
+    a, b = draw_rows(X.shape[0], points, held, draw)
+    rows, probs = [], []
+    for vname, over in variants:
+        seeds = [draw + ENSEMBLE_SEED_STEP * i for i in range(ensemble if vname == "default" else 1)]
+        for seed in seeds:
+            cfg = merge(over, {"training": merge(over.get("training", {}), {"threads": threads, "seed": seed})})
+            net = slide.Network(slide.Config.from_dict(cfg))
+            t = time.perf_counter()
+            h = net.fit((X[a], Y[a]))
+            seconds = time.perf_counter() - t
+            if ensemble > 1 and vname == "default":
+                probs.append(probabilities(net, X[b]))
+            if seed != draw:
+                continue
+            top, _ = net.predict(X[b], k=5)
+            rows.append({"set": name, "draw": draw, "points": points, "held": len(b), "variant": vname,
+                         **_scores(top, Y[b]), "train_seconds": seconds, "best_epoch": h.best_epoch,
+                         "refit_epochs": h.refit_epochs, "centroid_weight": net.centroid_weight,
+                         "centroid_kind": net.centroid_kind if net.centroid_weight else None})
+    if ensemble > 1:
+        P = sum(probs) / len(probs)
+        top = np.argsort(-P, axis=1, kind="stable")[:, :5].astype(np.int32)
+        rows.append({"set": name, "draw": draw, "points": points, "held": len(b),
+                     "variant": f"ensemble_{ensemble}", **_scores(top, Y[b])})
+    return rows
+
+
+def summarize(rows) -> str:
+    """Markdown: mean P@1 per set and row (change against the default), then over sets."""
+    sets = list(dict.fromkeys(r["set"] for r in rows))
+    names = list(dict.fromkeys(r["variant"] for r in rows))
+    mean = {(s, v): float(np.mean([r["P@1"] for r in rows if r["set"] == s and r["variant"] == v]))
+            for s in sets for v in names}
+    draws = {s: len({r["draw"] for r in rows if r["set"] == s}) for s in sets}
+    out = ["| set | draws | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for s in sets:
+        cells = [f"{mean[s, 'default']:.4f}"] + [f"{mean[s, v]:.4f} ({mean[s, v] - mean[s, 'default']:+.4f})"
+                                                 for v in names[1:]]
+        out.append(f"| {s} | {draws[s]} | " + " | ".join(cells) + " |")
+    summary = []
+    for v in names[1:]:
+        d = np.array([mean[s, v] - mean[s, "default"] for s in sets])
+        summary.append(f"{v}: mean change {d.mean():+.4f} P@1 over {len(sets)} set{'s' if len(sets) != 1 else ''}, "
+                       f"up on {(d > 0).sum()}, down on {(d < 0).sum()}")
+    return "\n".join(out) + "\n\n" + "\n".join(summary)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sets", required=True, help="comma-separated set names (as in benchmarks/suite.py)")
+    ap.add_argument("--points", type=int, default=400, help="training rows per draw (default 400)")
+    ap.add_argument("--held", type=int, default=4000, help="at most this many other rows scored (default 4000)")
+    ap.add_argument("--draws", default="0,1,2", help="comma-separated draw numbers (default 0,1,2)")
+    ap.add_argument("--variant", action="append", type=parse_variant, default=[],
+                    help='NAME={"section": {"key": value}}: settings merged into the default (repeatable)')
+    ap.add_argument("--ensemble", type=int, default=1, help="also a seed ensemble of this many default networks")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args(argv)
+    if args.points < 2 or args.held < 1 or args.ensemble < 1:
+        ap.error("--points must be at least 2, --held and --ensemble at least 1")
+    try:
+        draws = [int(d) for d in args.draws.split(",")]
+    except ValueError:
+        ap.error(f"--draws {args.draws!r}: expected comma-separated integers")
+    variants = [("default", {})] + args.variant
+    if len({v for v, _ in variants}) < len(variants):
+        ap.error("--variant: every name must be new (and not 'default')")
+    if args.ensemble < 2 and len(variants) == 1:
+        ap.error("nothing to compare: give --variant or --ensemble 2 or more")
+
+    import slide
+
+    rows = []
+    for name in [s for s in args.sets.split(",") if s]:
+        train_path, _ = data_paths(name)
+        if not os.path.exists(train_path):
+            raise SystemExit(f"--sets {name}: no training file at {train_path}")
+        data = slide.load_dataset(train_path)
+        X, Y = data.features.tocsr(), data.labels.tocsr()
+        for draw in draws:
+            new = run_draw(name, X, Y, draw, args.points, args.held, variants, args.ensemble, args.threads)
+            for r in new:
+                print(f"{name} draw {draw} {r['variant']}: P@1 {r['P@1']:.4f}", flush=True)
+            rows += new
+    table = summarize(rows)
+    print("\n" + table)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"command": " ".join(sys.argv), "threads": args.threads,
+                               "variants": {v: o for v, o in variants}, "ensemble": args.ensemble,
+                               "machine": platform.processor() or platform.machine(),
+                               "date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1))
+    os.replace(tmp, out)
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
