@@ -183,6 +183,12 @@ def main(argv=None) -> int:
 
     import slide
 
+    for vname, over in variants[1:]:   # a mistyped setting fails here, not after hours of runs
+        try:
+            slide.Config.from_dict(over)
+        except slide.ConfigError as e:
+            ap.error(f"--variant {vname}: {e}")
+
     rows = []
     for name in [s for s in args.sets.split(",") if s]:
         train_path, _ = data_paths(name)

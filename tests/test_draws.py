@@ -1,7 +1,6 @@
 """benchmarks/draws.py: changes to the defaults measured on rows held out of a training file."""
 import json
 
-import numpy as np
 import pytest
 
 import slide
@@ -57,5 +56,11 @@ def test_bad_arguments_say_what_is_wrong(capsys):
     with pytest.raises(SystemExit):
         draws.main(["--sets", "medical"])
     assert "nothing to compare" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        draws.main(["--sets", "medical", "--variant", 'typo={"optimizer": {"lr_decay_min_step": 25}}'])
+    err = capsys.readouterr().err
+    assert "--variant typo" in err and "lr_decay_min_step" in err and "did you mean 'lr_decay_min_steps'" in err
+    with pytest.raises(SystemExit, match="--sets no-such-set: no training file at"):
+        draws.main(["--sets", "no-such-set", "--ensemble", "2"])
     a, b = draws.draw_rows(1000, 400, 4000, 1)
     assert len(a) == 400 and len(b) == 600 and not set(a) & set(b)
