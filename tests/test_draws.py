@@ -26,6 +26,8 @@ def test_a_variant_and_a_seed_ensemble_are_scored_on_the_same_held_out_rows(tmp_
     assert rows["short"]["P@1"] < rows["default"]["P@1"] - 0.2
     assert rows["short"]["refit_epochs"] is None and rows["default"]["best_epoch"] >= 1
     assert 0.7 <= rows["ensemble_2"]["P@1"] <= 0.9
+    # the ensemble's cost is its members' training: the default's and one more network's
+    assert rows["ensemble_2"]["train_seconds"] > rows["default"]["train_seconds"] > 0
     printed = capsys.readouterr().out
     line = next(s for s in printed.splitlines() if s.startswith("| medical | 1 |"))
     assert f"{rows['short']['P@1']:.4f} ({rows['short']['P@1'] - rows['default']['P@1']:+.4f})" in line
