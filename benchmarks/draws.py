@@ -46,14 +46,6 @@ RESULTS = ROOT / "benchmarks" / "results" / "draws.json"
 ENSEMBLE_SEED_STEP = 1000
 
 
-def merge(base: dict, over: dict) -> dict:
-    """``over`` merged into ``base`` section by section (a new dict)."""
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = merge(out.get(k, {}), v) if isinstance(v, dict) else v
-    return out
-
-
 def parse_variant(text: str):
     """``NAME={json}`` -> (name, overrides), with an error that says which part is wrong."""
     name, sep, body = text.partition("=")
@@ -115,8 +107,7 @@ def run_draw(name: str, X, Y, draw: int, points: int, held: int, variants, ensem
     for vname, over in variants:
         seeds = [draw + ENSEMBLE_SEED_STEP * i for i in range(ensemble if vname == "default" else 1)]
         for seed in seeds:
-            cfg = merge(over, {"training": {"threads": threads, "seed": seed}})
-            net = slide.Network(slide.Config.from_dict(cfg))
+            net = slide.Network(over, threads=threads, seed=seed)
             t = time.perf_counter()
             h = net.fit((X[a], Y[a]))
             seconds = time.perf_counter() - t
