@@ -41,8 +41,9 @@ class _LabelTerm:
     @property
     def centroid_kind(self) -> Optional[str]:
         """The label vectors of the label-centroid term: ``mean`` (the label centroids) or
-        ``ridge`` (per-label ridge regressions, :func:`slide.centroids.build_ridge`); None while
-        not chosen."""
+        ``ridge`` (per-label ridge regressions, :func:`slide.centroids.build_ridge`), ``mixed``
+        (a merged ensemble's weighted mean of both kinds, :mod:`slide.ensemble`); None while not
+        chosen."""
         return self._centroid_kind
 
     def _fix_set_weight(self) -> None:

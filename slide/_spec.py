@@ -29,6 +29,7 @@ _SHORTCUTS = {
     "max_epochs": "training.max_epochs",
     "time_budget": "training.time_budget",
     "refit": "training.refit",
+    "ensemble": "training.ensemble",
     "normalize": "data.normalize",
     "standardize": "data.standardize",
     "valid_fraction": "data.valid_fraction",

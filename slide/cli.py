@@ -235,10 +235,16 @@ def cmd_train(args) -> int:
                      + " by validation")
     else:
         kept = f"kept epoch {summary['kept_epoch']}"
+    ens = summary.get("ensemble") or []
+    if ens:
+        kept += (f"; {len(ens)} networks merged (seeds " + ", ".join(str(m["seed"]) for m in ens)
+                 + "; best epochs " + ", ".join("-" if m["best_epoch"] is None else f"{m['best_epoch']:g}" for m in ens)
+                 + ")")
     if summary.get("centroid_weight"):
         how = " (by validation)" if summary.get("centroid_search") else ""
         ridge = (f" on ridge label vectors (lambda {summary['ridge_lambda']:g})"
-                 if summary.get("centroid_kind") == "ridge" else "")
+                 if summary.get("centroid_kind") == "ridge" else
+                 " on the networks' mixed label vectors" if summary.get("centroid_kind") == "mixed" else "")
         kept += f"; label-centroid weight {summary['centroid_weight']:g}{ridge}{how}"
     if summary.get("standardized"):
         kept += "; features standardized (dense input)"

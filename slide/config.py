@@ -138,6 +138,12 @@ class TrainingConfig:
     epochs: Union[int, str] = _f("auto", "passes over the training set, or auto: train on a held-out split of "
                                          "train until validation P@1 stops improving, then refit on all of train "
                                          "for the best length (see refit)", min=1, auto=True)
+    ensemble: Union[int, str] = _f("auto", "epochs=auto: train this many networks (training.seed, +1000, +2000, ...; "
+                                           "each with its own validation split, search and refit) and merge them "
+                                           "into one network that ranks by the mean of their scores (hidden layers "
+                                           "side by side, slide.ensemble); auto = 3 when the first network's "
+                                           "training was cheap (small problems, one process, no time_budget), "
+                                           "else 1", min=1, max=16, auto=True)
     max_epochs: int = _f(300, "epochs=auto: at most this many epochs", min=1)
     time_budget: float = _f(0.0, "stop training after this many seconds of training (epochs=auto gives half "
                                  "to the search and the rest to the refit); 0 = no limit", min=0.0)

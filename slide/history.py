@@ -34,6 +34,9 @@ class History:
         self.centroid_search: Dict[float, float] = {}
         # the label vectors centroid_weight auto chose (mean | ridge; None: the term is off)
         self.centroid_kind: Optional[str] = None
+        # training.ensemble (slide.ensemble): one dict per network merged into this one (seed,
+        # best epoch, validation P@1, label term, training seconds); empty for a single network
+        self.ensemble: List[Dict[str, Any]] = []
 
     def __len__(self) -> int:
         return len(self.records)
@@ -54,7 +57,8 @@ class History:
     def to_dict(self) -> Dict[str, Any]:
         return {"records": self.records, "best_epoch": self.best_epoch, "best_step": self.best_step,
                 "best_score": self.best_score, "restored_best": self.restored_best,
-                "stopped_early": self.stopped_early, "interrupted": self.interrupted}
+                "stopped_early": self.stopped_early, "interrupted": self.interrupted,
+                "ensemble": self.ensemble}
 
     def __repr__(self) -> str:
         return (f"History({len(self.records)} records, best_epoch={self.best_epoch}, "

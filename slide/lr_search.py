@@ -104,6 +104,7 @@ def maybe_search(net, split, data) -> List[Dict[str, Any]]:
             d["optimizer"]["lr_search"] = []
             d["training"]["refit"] = False
             d["training"]["restore_best"] = False
+            d["training"]["ensemble"] = 1
             child = Network(d)   # the same seed, rows and rules: at factor 1 it repeats net's search
             # slide.centroids: the parent's label vectors (see below)
             child._keep_choice, child._centroids, child._ridge = True, net._centroids, net._ridge
@@ -124,6 +125,7 @@ def maybe_search(net, split, data) -> List[Dict[str, Any]]:
                 best = (base_lr * f, score, child._best_epoch, child._best_step, list(child._lr_trace),
                         child._best_choice)
             net._train_seconds += child._train_seconds
+            net._lr_search_samples += child._samples_trained
             del child
     except KeyboardInterrupt:
         # The network stays usable and resumable: the refit at the configured rate is set up.

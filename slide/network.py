@@ -28,6 +28,7 @@ from . import callbacks as _callbacks
 from . import centroids as _centroids
 from ._epochs import _EpochLoop, _call
 from ._label_term import _LabelTerm
+from . import ensemble as _ensemble
 from . import lr_search as _lr_search
 from . import memory as _memory
 from . import persist as _persist
@@ -110,6 +111,7 @@ class Network(_EpochLoop, _LabelTerm):
     ``max_epochs``          ``training.max_epochs`` (cap of ``epochs="auto"``)
     ``time_budget``         ``training.time_budget`` (seconds of training)
     ``refit``               ``training.refit``
+    ``ensemble``            ``training.ensemble`` (networks merged into one)
     ``normalize``           ``data.normalize`` (none | l2 | tfidf_l2)
     ``standardize``         ``data.standardize`` (auto | true | false)
     ``valid_fraction``      ``data.valid_fraction``
@@ -189,6 +191,11 @@ class Network(_EpochLoop, _LabelTerm):
         self._refit_epochs: Optional[int] = None
         self._step_offset = 0         # batches of the search, once the refit has started
         self._samples_trained = 0     # samples of all batches of the run (search and refit)
+        self._lr_search_samples = 0   # samples of the searches of slide.lr_search (their networks')
+        # the configured learning rate (slide.lr_search may adopt another): an ensemble's networks
+        # each search from it (slide.ensemble)
+        self._configured_lr = float(cfg.optimizer.lr)
+        self._ensemble_networks = 1   # networks merged into this one (slide.ensemble)
         self.history = History()
         self.stop_training = False
         self._last_batch_size = 0
@@ -443,8 +450,11 @@ class Network(_EpochLoop, _LabelTerm):
         if auto and self._phase == "train" and self.step > 0:
             raise ValueError("fit(epochs='auto') continues only a run that started with "
                              "epochs='auto'; give a number of epochs to train this network further")
+        ensemble = _ensemble.requested(self, auto)
         split = self._split_train_valid(train, valid, auto and self._phase != "refit")
         self._ensure_built(split.num_features, split.num_labels, int(split.X_all.shape[0]))
+        if auto and ensemble != 1:
+            copy = True   # the other networks of the ensemble read train as it was given
         data = self._prepare_arrays(split, test, copy)
         if self._comm is not None:
             from .distributed import check_agreement, data_digest
@@ -511,6 +521,14 @@ class Network(_EpochLoop, _LabelTerm):
             self._restore_best(history)
             if (not auto or self._phase == "done") and not self._keep_choice:
                 self._choose_centroid_weight(data, history)
+        if not interrupted and auto and self._phase == "done" and ensemble != 1 and self._ensemble_networks == 1:
+            count = ensemble if ensemble is not None else _ensemble.auto_networks(self, data)
+            if count > 1:
+                try:
+                    _ensemble.train_and_merge(self, count, train, valid, history, progress)
+                except KeyboardInterrupt:
+                    interrupted = True
+                    history.interrupted = True
         history.centroid_weight = self._centroid_weight or 0.0
         _call(cbs, "on_train_end", self, history)
         if interrupted:

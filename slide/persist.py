@@ -41,6 +41,7 @@ def state_meta(net) -> Dict[str, Any]:
         "step": net.step,
         "train_seconds": net._train_seconds,
         "samples_trained": net._samples_trained,
+        "lr_search_samples": net._lr_search_samples,
         "num_train_points": net._num_train_points,
         "best_score": net._best_score,
         "best_step": net._best_step,
@@ -54,6 +55,8 @@ def state_meta(net) -> Dict[str, Any]:
         "centroid_weight": net._centroid_weight,
         "centroid_kind": net._centroid_kind,
         "ridge_lambda": net._ridge_lambda,
+        "configured_lr": net._configured_lr,
+        "ensemble_networks": net._ensemble_networks,
         # centroid_weight auto during a search: the choice of its best epoch so far
         "centroid_choice": (None if net._best_choice is None else
                             [net._best_choice.weight, [[w, p] for w, p in net._best_choice.p1.items()],
@@ -90,9 +93,9 @@ def restore_centroids(net, meta: Dict[str, Any], data: Dict[str, np.ndarray]) ->
     net._centroid_weight = None if weight is None else float(weight)
     # files from before centroid_kind existed hold label centroids
     kind, lam = meta.get("centroid_kind", "mean" if weight is not None else None), meta.get("ridge_lambda")
-    if kind not in (None, "mean", "ridge") or (kind == "ridge") != (lam is not None) or (
+    if kind not in (None, "mean", "ridge", "mixed") or (kind == "ridge") != (lam is not None) or (
             lam is not None and (not isinstance(lam, (int, float)) or isinstance(lam, bool) or not lam > 0)):
-        raise ValueError(f"centroid_kind must be mean, or ridge with a ridge_lambda > 0; got {kind!r} "
+        raise ValueError(f"centroid_kind must be mean, mixed, or ridge with a ridge_lambda > 0; got {kind!r} "
                          f"with ridge_lambda {lam!r}")
     net._centroid_kind, net._ridge_lambda = kind, None if lam is None else float(lam)
     choice = meta.get("centroid_choice")
@@ -122,8 +125,8 @@ def restore_centroids(net, meta: Dict[str, Any], data: Dict[str, np.ndarray]) ->
     except (ValueError, TypeError) as e:
         raise ValueError(f"centroids: not a {nf} x {nl} sparse matrix ({e})") from None
     _check_structure(centroids, "centroids", check_values=True)
-    # ridge label vectors are dense in memory (stored sparse, like the centroids)
-    net._centroids = centroids.toarray() if kind == "ridge" else centroids
+    # ridge label vectors (and an ensemble's mixed ones) are dense in memory (stored sparse, like the centroids)
+    net._centroids = centroids.toarray() if kind in ("ridge", "mixed") else centroids
 
 
 def table_arrays(net) -> Dict[str, np.ndarray]:
@@ -455,6 +458,7 @@ def _restore(cls, path: str, meta: Dict[str, Any], data: Dict[str, np.ndarray], 
         net._batch_in_epoch = int(meta["batch_in_epoch"])
         net._train_seconds = float(meta["train_seconds"])
         net._samples_trained = int(meta.get("samples_trained", 0))
+        net._lr_search_samples = int(meta.get("lr_search_samples", 0))
         net._num_train_points = int(meta["num_train_points"])
         net._best_score = meta["best_score"]
         net._best_step = meta["best_step"]
@@ -483,10 +487,12 @@ def _restore(cls, path: str, meta: Dict[str, Any], data: Dict[str, np.ndarray], 
         # data.standardize existed were trained on unstandardized rows)
         net._standard_fixed = net._standard is not None or net._label_counts is not None
         restore_centroids(net, meta, data)
+        net._configured_lr = float(meta.get("configured_lr", cfg.optimizer.lr))
+        net._ensemble_networks = _positive_int(meta.get("ensemble_networks", 1), "ensemble_networks")
         h = meta.get("history") or {}
         net.history = History(h.get("records"))
         for key in ("best_epoch", "best_step", "best_score", "restored_best", "stopped_early",
-                    "stopped_by_budget", "interrupted", "refit_epochs"):
+                    "stopped_by_budget", "interrupted", "refit_epochs", "ensemble"):
             if key in h:
                 setattr(net.history, key, h[key])
     except (KeyError, TypeError) as e:

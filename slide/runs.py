@@ -693,6 +693,9 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
     restored = bool(getattr(history, "restored_best", False))
     kept_epoch = history.best_epoch if (restored and history.best_epoch is not None) else epochs_done
     train_seconds = float(records[-1]["seconds"]) if records else wall_seconds
+    ensemble = list(getattr(history, "ensemble", None) or [])
+    if ensemble:   # the records are the first network's; the others trained after them
+        train_seconds = float(net._train_seconds)
     summary: Dict[str, Any] = {k: float(v) for k, v in final.items()}
     summary.update({
         "evaluated_on": eval_name,
@@ -712,6 +715,7 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
         "standardized": net.standardized,
         "centroid_search": {str(w): p for w, p in (getattr(history, "centroid_search", None) or {}).items()},
         "kept_epoch": kept_epoch,
+        "ensemble": ensemble,
         "epochs": epochs_done,
         "steps": int(net.step),
         "resumed_from_step": start_step if resume else None,

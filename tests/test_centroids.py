@@ -143,7 +143,7 @@ def test_auto_chooses_on_validation_and_the_file_keeps_it(tmp_path):
     the test P@1 of the mix is at least the network's alone. Measured (2 threads): ridge, lambda
     0.3, weight 256, test P@1 0.8496 (centroids, weight 4: 0.8310; the network alone 0.8217)."""
     train, test = load_split("medical")
-    net = slide.Network(threads=1)
+    net = slide.Network(threads=1, ensemble=1)   # one network's choice (tests/test_ensemble.py: three)
     h = net.fit(train)
     assert h.centroid_kind == net.centroid_kind == "ridge" and net._ridge_lambda in centroids.RIDGE_LAMBDAS
     assert list(h.centroid_search) == _grid("ridge")
@@ -232,11 +232,17 @@ def test_slide_train_prints_and_records_the_weight(tmp_path):
     p = run_cli("train", path, "--out", tmp_path / "run", "--quiet")
     assert p.returncode == 0, p.stdout + p.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["centroid_kind"] == "ridge"   # medical: ridge wins on validation (lambda 0.1 measured)
-    assert list(summary["centroid_search"]) == [str(w) for w in _grid("ridge")]
+    assert summary["centroid_kind"] == "ridge"   # medical: ridge wins on validation (lambda 0.3 measured)
+    assert list(summary["centroid_search"]) == [str(w) for w in _grid("ridge")]   # the first network's
+    # medical is cheap: three networks (slide.ensemble), each choosing its weight; the merged
+    # network's is their mean (all three chose ridge vectors of the same penalty)
+    members = summary["ensemble"]
+    assert [m["seed"] for m in members] == [0, 1000, 2000]
+    assert all(m["centroid_weight"] in centroids.RIDGE_WEIGHTS and m["centroid_kind"] == "ridge" for m in members)
     w, lam = summary["centroid_weight"], summary["ridge_lambda"]
-    assert w in centroids.RIDGE_WEIGHTS and lam in centroids.RIDGE_LAMBDAS
+    assert w == pytest.approx(sum(m["centroid_weight"] for m in members) / 3) and lam in centroids.RIDGE_LAMBDAS
     assert f"label-centroid weight {w:g} on ridge label vectors (lambda {lam:g}) (by validation)" in p.stdout
+    assert "3 networks merged (seeds 0, 1000, 2000; best epochs " in p.stdout
     loaded = slide.Network.load(tmp_path / "run" / "model.slide")
     assert loaded._centroid_weight == w and loaded._centroids is not None
 
@@ -450,7 +456,7 @@ def test_a_file_from_before_centroid_kind_loads_as_centroids(tmp_path):
     meta["centroid_kind"] = "ridge"
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     np.savez(tmp_path / "bad.npz", **arrays)
-    with pytest.raises(ValueError, match=r"bad\.npz: centroid_kind must be mean, or ridge with a ridge_lambda > 0"):
+    with pytest.raises(ValueError, match=r"bad\.npz: centroid_kind must be mean, mixed, or ridge with a ridge_lambda > 0"):
         slide.Network.load(tmp_path / "bad.npz")
 
 

@@ -502,7 +502,7 @@ def test_lr_decay_waits_for_enough_batches_when_epochs_are_short(data):
 
 def test_epochs_auto_searches_on_a_held_out_split_then_refits_on_all_of_train(data):
     train, test = data
-    net = small(epochs="auto", max_epochs=40, patience=3)
+    net = small(epochs="auto", max_epochs=40, patience=3, ensemble=1)
     hist = net.fit(train, test=test)
     search = [r for r in hist.records if r["phase"] == "search"]
     refit = [r for r in hist.records if r["phase"] == "refit"]
@@ -524,7 +524,7 @@ def test_epochs_auto_searches_on_a_held_out_split_then_refits_on_all_of_train(da
 
 def test_epochs_auto_without_refit_keeps_the_best_search_weights(data):
     train, _ = data
-    net = small(epochs="auto", max_epochs=30, patience=3, refit=False, valid_fraction=0.25)
+    net = small(epochs="auto", max_epochs=30, patience=3, refit=False, valid_fraction=0.25, ensemble=1)
     hist = net.fit(train)
     assert all(r["phase"] == "search" for r in hist.records) and hist.restored_best
     rows = np.sort(np.random.default_rng([3, 0x7A11D]).permutation(450)[:112])  # seed 3, as small()
@@ -535,10 +535,10 @@ def test_epochs_auto_without_refit_keeps_the_best_search_weights(data):
 
 def test_epochs_auto_is_resumable_in_either_phase(data, tmp_path):
     train, test = data
-    whole = small(epochs="auto", max_epochs=25, patience=3)
+    whole = small(epochs="auto", max_epochs=25, patience=3, ensemble=1)
     whole.fit(train)
     for stop_at in (3, whole.total_steps - 4):
-        net = small(epochs="auto", max_epochs=25, patience=3)
+        net = small(epochs="auto", max_epochs=25, patience=3, ensemble=1)
         with pytest.raises(KeyboardInterrupt):
             net.fit(train, callbacks=[_InterruptAt(stop_at)])
         net.save(tmp_path / "n.slide")

@@ -339,7 +339,7 @@ def test_the_statistics_are_computed_once_and_shared_with_the_learning_rate_sear
     real = network.feature_standardization
     monkeypatch.setattr(network, "feature_standardization", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
     X, Y = _dense_problem(n=200)
-    net = slide.Network(hidden=8, threads=1, seed=0, max_epochs=3)
+    net = slide.Network(hidden=8, threads=1, seed=0, max_epochs=3, ensemble=1)
     net.fit((X, Y))
     assert len(net.history.lr_search) == 3      # the search ran at three rates
     assert calls == [(200, 12)]                 # once, on all 200 training rows

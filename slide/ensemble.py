@@ -1,0 +1,229 @@
+"""``training.ensemble``: several networks of ``epochs: auto`` merged into one.
+
+With ``epochs: auto`` every choice of a run is taken on one validation split of train: the epoch
+the search stops at, the learning rate (:mod:`slide.lr_search`) and the label-centroid term
+(:mod:`slide.centroids`). On a few hundred validation rows these choices follow the split as much
+as the data. ``training.ensemble: N`` trains N networks of the same configuration, network i with
+``training.seed + 1000 * i`` (its own validation split, initialisation, search, rate, label term
+and refit on all of train), and merges them into one network whose score of each label is the
+mean of theirs:
+
+- the hidden layers side by side: layer 0's columns (and biases) one network's after another's,
+  each later hidden layer block-diagonal, so that every network's hidden units see only its own;
+- the output layer's weights over those hidden units divided by N, its bias the mean of theirs
+  (with no hidden layer, the output layer is the mean of theirs);
+- the label-centroid term ``z + w * cos(x, c)`` of each network (``w`` = 0 where validation
+  turned it off) as one term: the mean weight on the weighted mean of their label vectors (the
+  same vectors when the networks chose the same kind, else kind ``mixed``).
+
+So the merged network ranks labels by ``mean_i (z_i + w_i * cos(x, c_i))``: for a sigmoid output
+layer each label's log-odds averaged, for softmax the log of the geometric mean of the networks'
+probabilities up to a constant per row. It is an ordinary network (N times as wide, N times the
+prediction cost): it saves, loads, predicts in every mode and trains further like any other. Its
+Adam moments start at zero and its config names the merged layer sizes with ``ensemble: 1``.
+
+``auto`` (the default) trains 3 networks when the first network's whole run (search, rate
+searches and refit) was cheap by a count that does not depend on the machine: its samples trained
+times the estimated multiply-adds per sample (:func:`slide.lr_search.work_per_sample`) at most
+``AUTO_MAX_WORK``; in one process, with ``epochs: auto`` and no ``training.time_budget``. Else 1.
+``history.ensemble`` records each network's seed, best epoch, validation P@1, label term and
+training seconds.
+
+Measured before adoption (``benchmarks/draws.py --ensemble 3`` and the merged scores, on rows
+held out of the training files, no test file read; benchmarks/README.md): on 400 training points
+of 6 sets, 3 draws each, P@1 0.5927 (one network) -> 0.6017 (merged); the merged scores were
+0.0015 above averaging the networks' probabilities instead.
+
+A KeyboardInterrupt while the extra networks train keeps the first network as it was (trained
+and usable; resuming it does not train the others) and is re-raised.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import scipy.sparse as sp
+
+from .config import ConfigError
+
+log = logging.getLogger("slide")
+
+# network i of an ensemble trains with training.seed + SEED_STEP * i
+SEED_STEP = 1000
+# networks of ``ensemble: auto`` on a cheap problem
+AUTO_NETWORKS = 3
+# ``ensemble: auto``: the largest first run (samples trained x estimated multiply-adds per
+# sample, slide.lr_search, plus the first layer's Adam update) that gets AUTO_NETWORKS networks:
+# about 7-20 s of training for the first network on 2 cores here (see ADAM_ROW_COST), so that the
+# three stay within a minute
+AUTO_MAX_WORK = 7e11
+# run_work: multiply-add equivalents per first-layer weight a batch updates (Adam reads and
+# writes the weight and its two moments: memory-bound). Fitted to the default runs' seconds on
+# the 12 shared sets (2 threads): with it the estimate is 10-29 s per 10^12 on all of them (without
+# it 14-60 s: yahoo-arts' and rcv1subset2's 23,146 and 47,236 tf-idf features touch most rows of
+# the first layer every batch).
+ADAM_ROW_COST = 50
+
+
+def requested(net, auto_epochs: bool) -> Optional[int]:
+    """The networks an explicit ``training.ensemble`` asks for (None for auto), checked against
+    the run: more than one needs ``epochs: auto`` and one process."""
+    setting = net.config.training.ensemble
+    if setting == "auto":
+        return None
+    count = int(setting)
+    if count > 1 and not auto_epochs:
+        raise ConfigError(f"training.ensemble: {count} networks are trained with epochs: auto (each chooses "
+                          f"its length on its own validation split); set training.epochs: auto or "
+                          f"training.ensemble: 1")
+    if count > 1 and net._comm is not None:
+        raise ConfigError(f"training.ensemble: {count} networks run in one process; a network sharded over "
+                          f"{net.ranks} ranks trains alone: set training.ensemble: 1")
+    return count
+
+
+def run_work(net, data) -> float:
+    """The first network's whole run in multiply-add equivalents: the samples trained in its
+    search, its refit and the rate searches of slide.lr_search, times the estimated work per
+    sample (slide.lr_search's, plus the first layer's Adam update: ADAM_ROW_COST per weight of the
+    rows a batch touches, at most all of them, shared by the batch's samples)."""
+    from .lr_search import SAMPLE_OVERHEAD, work_per_sample
+
+    samples = net._samples_trained + net._lr_search_samples
+    nnz = data.fit.x_indptr[-1] / max(1, data.fit.n)
+    first = net.config.layers[0]
+    width = int(first.size) if len(net.config.layers) > 1 else int(net.num_labels)
+    rows = min(nnz, net.num_features / max(1, net.config.training.batch_size))
+    return float(samples) * (work_per_sample(net, data) + SAMPLE_OVERHEAD + ADAM_ROW_COST * rows * width)
+
+
+def auto_networks(net, data) -> int:
+    """How many networks ``ensemble: auto`` trains, once the first one is done."""
+    tr = net.config.training
+    if net._comm is not None or tr.time_budget:
+        return 1
+    work = run_work(net, data)
+    if work > AUTO_MAX_WORK:
+        log.info("ensemble: one network (its run took %.1e multiply-adds; ensemble: auto merges %d up to %.1e)",
+                 work, AUTO_NETWORKS, AUTO_MAX_WORK)
+        return 1
+    return AUTO_NETWORKS
+
+
+def _summary(net, seed: int, seconds: float) -> Dict[str, Any]:
+    w = float(net._centroid_weight or 0.0)
+    return {"seed": int(seed), "best_epoch": net._best_epoch, "refit_epochs": net._refit_epochs,
+            "best_valid_P@1": net._best_score, "lr": float(net.config.optimizer.lr),
+            "centroid_weight": w, "centroid_kind": net._centroid_kind if w else None,
+            "ridge_lambda": net._ridge_lambda if w and net._centroid_kind == "ridge" else None,
+            "train_seconds": float(seconds)}
+
+
+def train_and_merge(net, count: int, train, valid, history, progress: bool = False) -> None:
+    """Trains networks 2..count like ``net`` (which has finished its run) and merges them into
+    ``net``; ``history.ensemble`` describes them."""
+    from .network import Network
+
+    base = net.config
+    seed = int(base.training.seed)
+    members: List[Any] = []
+    info = [_summary(net, seed, net._train_seconds)]
+    log.info("ensemble: network 1 of %d done (seed %d); training %d more", count, seed, count - 1)
+    for i in range(1, count):
+        cfg = base.copy()
+        cfg.training.seed = seed + SEED_STEP * i
+        cfg.training.ensemble = 1
+        cfg.optimizer.lr = net._configured_lr   # each network searches its rate from the configured one
+        member = Network(cfg)
+        t = time.perf_counter()
+        member.fit(train, epochs="auto", valid=valid, progress=progress)
+        info.append(_summary(member, cfg.training.seed, member._train_seconds))
+        log.info("ensemble: network %d of %d (seed %d): best validation P@1 %.4f after %s epochs, %.1f s",
+                 i + 1, count, cfg.training.seed, member._best_score or float("nan"), member._best_epoch,
+                 time.perf_counter() - t)
+        members.append(member)
+    merge(net, members)
+    history.ensemble = info
+    log.info("ensemble: %d networks merged into one of hidden sizes %s", count,
+             [int(layer.size) for layer in net.config.layers[:-1]])
+
+
+def _float_parameters(net) -> Dict[str, np.ndarray]:
+    from . import _bf16
+
+    out = {}
+    for name, v in net._core.parameters().items():
+        if ".adam_" in name:
+            continue
+        v = np.asarray(v)
+        out[name] = _bf16.to_float32(v) if v.dtype == np.uint16 else np.array(v, dtype=np.float32)
+    return out
+
+
+def merged_parameters(params: List[Dict[str, np.ndarray]], num_layers: int) -> Dict[str, np.ndarray]:
+    """The weights of the merged network from the networks' (float32, by engine name)."""
+    from scipy.linalg import block_diag
+
+    n = len(params)
+    out: Dict[str, np.ndarray] = {}
+    last = num_layers - 1
+    for i in range(num_layers):
+        W = [p[f"layers.{i}.weight"] for p in params]
+        b = [p[f"layers.{i}.bias"] for p in params]
+        if i == last:
+            # layer 0 is stored inputs x outputs, later layers outputs x inputs
+            out[f"layers.{i}.weight"] = (sum(W) / n if i == 0 else np.concatenate(W, axis=1) / n)
+            out[f"layers.{i}.bias"] = sum(b) / n
+        else:
+            out[f"layers.{i}.weight"] = (np.concatenate(W, axis=1) if i == 0 else block_diag(*W))
+            out[f"layers.{i}.bias"] = np.concatenate(b)
+        out[f"layers.{i}.weight"] = np.ascontiguousarray(out[f"layers.{i}.weight"], dtype=np.float32)
+        out[f"layers.{i}.bias"] = np.ascontiguousarray(out[f"layers.{i}.bias"], dtype=np.float32)
+    return out
+
+
+def merged_label_term(nets) -> tuple:
+    """(weight, kind, ridge_lambda, label vectors) of the merged network's label-centroid term:
+    ``weight * cos(x, C)`` = the mean over the networks of ``w_i * cos(x, C_i)``."""
+    n = len(nets)
+    terms = [(float(m._centroid_weight or 0.0), m._centroid_kind, m._ridge_lambda, m._centroids) for m in nets]
+    used = [t for t in terms if t[0] > 0 and t[3] is not None]
+    if not used:
+        return 0.0, None, None, None
+    total = sum(t[0] for t in used)
+    if len({(t[1], t[2]) for t in used}) == 1:   # the same vectors (of the same rows and penalty)
+        _, kind, lam, C = used[0]
+        return total / n, kind, lam, C
+    mixed = sum(t[0] * (t[3].toarray() if sp.issparse(t[3]) else np.asarray(t[3], dtype=np.float64))
+                for t in used) / total
+    return total / n, "mixed", None, np.ascontiguousarray(mixed, dtype=np.float32)
+
+
+def merge(net, members) -> None:
+    """Makes ``net`` the merged network of itself and ``members`` (see the module doc)."""
+    nets = [net] + list(members)
+    n = len(nets)
+    params = [_float_parameters(m) for m in nets]
+    cfg = net.config.copy()
+    for layer in cfg.layers[:-1]:
+        layer.size = int(layer.size) * n
+    cfg.training.ensemble = 1
+    weight, kind, lam, C = merged_label_term(nets)
+    step, requested_sampling = net.step, net.requested_sampling
+    net._core = net._best_params = None   # the first network's engine is freed before the merged one
+    net.config = cfg
+    net._build(net.num_features, net.num_labels)
+    net.requested_sampling = requested_sampling
+    net._set_parameters(merged_parameters(params, len(cfg.layers)))
+    net._core.step = step
+    for m in members:
+        net._step_offset += m.total_steps
+        net._samples_trained += m._samples_trained
+        net._lr_search_samples += m._lr_search_samples
+        net._train_seconds += m._train_seconds
+    net._centroid_weight, net._centroid_kind, net._ridge_lambda = weight, kind, lam
+    net._centroids = C if weight else None
+    net._dense_vectors = net._score_cache = None
+    net._ensemble_networks = n
