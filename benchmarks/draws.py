@@ -13,10 +13,14 @@ the same rows with ``training.seed`` = the draw, so that a draw compares them on
 few hundred points is the regime where the defaults are least certain (the validation split of
 ``epochs: auto`` is a fifth of them).
 
-``--ensemble K`` adds a row for a seed ensemble of the default: K networks (``training.seed`` =
-the draw, +1000, +2000, ...) whose probabilities are averaged before ranking (the ``z + weight *
-cos`` scores each network ranks by, as a sigmoid or softmax in float64). It costs K times the
-training; it needs an output layer of at most 4,096 labels (every label scored).
+``--ensemble K`` adds a row for a seed ensemble of the default: K networks of one network each
+(``training.ensemble: 1``; ``training.seed`` = the draw, +1000, +2000, ...) whose probabilities
+are averaged before ranking (the ``z + weight * cos`` scores each network ranks by, as a sigmoid
+or softmax in float64). It costs K times the training; it needs an output layer of at most 4,096
+labels (every label scored). The default itself merges three networks on a cheap problem
+(``training.ensemble: auto``, slide/ensemble.py); ``--single`` trains every network of the run
+with ``training.ensemble: 1``, the default before 2026-12-06 (the tables of benchmarks/README.md
+measured before then are reproduced with it).
 
 Prints per set the mean P@1 over draws of each row and its change against the default, then the
 change over sets (mean, sets up and down); writes every run to ``benchmarks/results/draws.json``
@@ -98,22 +102,33 @@ def _scores(top: np.ndarray, Y) -> dict:
     return {k: float(m[k]) for k in ("P@1", "P@3", "P@5")}
 
 
-def run_draw(name: str, X, Y, draw: int, points: int, held: int, variants, ensemble: int, threads: int):
-    """One draw of one set: a row per variant (the default first) and the ensemble's."""
+def run_draw(name: str, X, Y, draw: int, points: int, held: int, variants, ensemble: int, threads: int,
+             single: bool = False):
+    """One draw of one set: a row per variant (the default first) and the ensemble's. ``single``:
+    every network with ``training.ensemble: 1``."""
     import slide
 
     a, b = draw_rows(X.shape[0], points, held, draw)
     rows, probs, ensemble_seconds = [], [], 0.0
+    one = {"ensemble": 1} if single else {}
     for vname, over in variants:
         seeds = [draw + ENSEMBLE_SEED_STEP * i for i in range(ensemble if vname == "default" else 1)]
         for seed in seeds:
-            net = slide.Network(over, threads=threads, seed=seed)
-            t = time.perf_counter()
-            h = net.fit((X[a], Y[a]))
-            seconds = time.perf_counter() - t
-            if ensemble > 1 and vname == "default":
-                probs.append(probabilities(net, X[b]))
-                ensemble_seconds += seconds
+            member = ensemble > 1 and vname == "default"
+            if seed == draw:   # the variant's row (with single, also the ensemble's first network)
+                net = slide.Network(over, threads=threads, seed=seed, **one)
+                t = time.perf_counter()
+                h = net.fit((X[a], Y[a]))
+                seconds = time.perf_counter() - t
+                if member and single:
+                    probs.append(probabilities(net, X[b]))
+                    ensemble_seconds += seconds
+            if member and (seed != draw or not single):   # the ensemble's networks are single ones
+                m = slide.Network(over, threads=threads, seed=seed, ensemble=1)
+                t = time.perf_counter()
+                m.fit((X[a], Y[a]))
+                ensemble_seconds += time.perf_counter() - t
+                probs.append(probabilities(m, X[b]))
             if seed != draw:
                 continue
             top, _ = net.predict(X[b], k=5)
@@ -158,6 +173,8 @@ def main(argv=None) -> int:
     ap.add_argument("--variant", action="append", type=parse_variant, default=[],
                     help='NAME={"section": {"key": value}}: settings merged into the default (repeatable)')
     ap.add_argument("--ensemble", type=int, default=1, help="also a seed ensemble of this many default networks")
+    ap.add_argument("--single", action="store_true",
+                    help="every network with training.ensemble: 1 (the default before 2026-12-06)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
@@ -192,7 +209,8 @@ def main(argv=None) -> int:
             raise SystemExit(f"--ensemble: {name} has {Y.shape[1]} labels; seed ensembles are measured "
                              f"on at most {FULL_LABELS} (every label scored)")
         for draw in draws:
-            new = run_draw(name, X, Y, draw, args.points, args.held, variants, args.ensemble, args.threads)
+            new = run_draw(name, X, Y, draw, args.points, args.held, variants, args.ensemble, args.threads,
+                           args.single)
             for r in new:
                 print(f"{name} draw {draw} {r['variant']}: P@1 {r['P@1']:.4f}", flush=True)
             rows += new
@@ -203,6 +221,7 @@ def main(argv=None) -> int:
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps({"command": " ".join(sys.argv), "threads": args.threads,
                                "variants": {v: o for v, o in variants}, "ensemble": args.ensemble,
+                               "single": args.single,
                                "machine": platform.processor() or platform.machine(),
                                "date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1))
     os.replace(tmp, out)

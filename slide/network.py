@@ -431,6 +431,13 @@ class Network(_EpochLoop, _LabelTerm):
         only reported, never used to choose anything: at the end of every ``training.test_every``-th
         epoch and of a phase's last (auto: about 20 times a phase of more than 20 epochs).
 
+        ``training.ensemble`` (:mod:`slide.ensemble`): once the ``"auto"`` run is done, N - 1
+        more networks train the same way with seeds ``training.seed + 1000 * i`` (their own
+        validation splits, searches, rates and label terms) and all N are merged into this
+        network, which then ranks labels by the mean of their scores (hidden layers N times as
+        wide; ``history.ensemble`` describes each). ``auto`` (the default) merges 3 when the first
+        run was cheap by a machine-free count of its work, else keeps one.
+
         The label-centroid term (``layers[-1].centroid_weight``, :mod:`slide.centroids`):
         ``auto`` chooses its weight on the validation data, at the search's best epoch with
         ``"auto"`` and at the end of training with a count (``history.centroid_weight``,
@@ -453,7 +460,7 @@ class Network(_EpochLoop, _LabelTerm):
         ensemble = _ensemble.requested(self, auto)
         split = self._split_train_valid(train, valid, auto and self._phase != "refit")
         self._ensure_built(split.num_features, split.num_labels, int(split.X_all.shape[0]))
-        if auto and ensemble != 1:
+        if auto and ensemble != 1 and (ensemble is not None or _ensemble.may_merge(self, split.X)):
             copy = True   # the other networks of the ensemble read train as it was given
         data = self._prepare_arrays(split, test, copy)
         if self._comm is not None:

@@ -13,15 +13,15 @@ def test_a_variant_and_a_seed_ensemble_are_scored_on_the_same_held_out_rows(tmp_
     draws = benchmark_module("draws")
     out = tmp_path / "draws.json"
     assert draws.main(["--sets", "medical", "--points", "150", "--held", "150", "--draws", "0",
-                       "--variant", 'short={"training": {"epochs": 3}}', "--ensemble", "2",
+                       "--variant", 'short={"training": {"epochs": 3}}', "--ensemble", "2", "--single",
                        "--out", str(out), "--threads", "1"]) == 0
     saved = json.loads(out.read_text())
     rows = {r["variant"]: r for r in saved["rows"]}
     assert list(rows) == ["default", "short", "ensemble_2"]
     assert all(r["set"] == "medical" and r["draw"] == 0 and r["held"] == 150 for r in rows.values())
-    assert saved["variants"] == {"default": {}, "short": {"training": {"epochs": 3}}}
-    # 150 medical points learn: one thread, 0.8133 for the default and 0.7867 for the ensemble
-    # of two on these 150 held-out rows; three epochs without the search reached 0.2933
+    assert saved["variants"] == {"default": {}, "short": {"training": {"epochs": 3}}} and saved["single"]
+    # 150 medical points learn: one thread, 0.8133 for the default of one network and 0.7867 for
+    # the ensemble of two on these 150 held-out rows; three epochs without the search reached 0.2933
     assert 0.7 <= rows["default"]["P@1"] <= 0.9
     assert rows["short"]["P@1"] < rows["default"]["P@1"] - 0.2
     assert rows["short"]["refit_epochs"] is None and rows["default"]["best_epoch"] >= 1
