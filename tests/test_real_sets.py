@@ -17,19 +17,22 @@ import slide
 from conftest import load_split
 
 # set -> validation P@1 measured with the defaults (outer 20% of train, seed 12345; output
-# activation auto = sigmoid on these dense output layers)
+# activation auto = sigmoid on these dense output layers), 2026-12-06, with training.ensemble
+# auto: three networks merged on medical, yeast, enron, corel5k, scene and bibtex (this 80% of
+# Bibtex is under the work limit), one on the others. One network on those six: 0.7424, 0.7833,
+# 0.7589, 0.3922, 0.7727, 0.6516.
 MEASURED = {
-    "medical": 0.6818,
-    "yeast": 0.7900,
-    "enron": 0.7589,
-    "corel5k": 0.3922,
-    "stackex-chemistry": 0.4465,
-    "scene": 0.7727,
-    "bibtex": 0.6332,
+    "medical": 0.8485,
+    "yeast": 0.7933,
+    "enron": 0.7411,
+    "corel5k": 0.3878,
+    "stackex-chemistry": 0.4385,
+    "scene": 0.7686,
+    "bibtex": 0.6475,
     "corel16k001": 0.3968,
     "tmc2007-500": 0.8287,
-    "rcv1subset2": 0.6281,
-    "yahoo-arts": 0.6717,
+    "rcv1subset2": 0.6250,
+    "yahoo-arts": 0.6809,
     "delicious": 0.7090,
 }
 FAST = ("medical", "yeast", "enron", "corel5k", "stackex-chemistry")
