@@ -12,25 +12,12 @@ from slide import centroids, ensemble
 from slide.config import ConfigError
 
 from conftest import load_split
+from test_centroids import _problem as _prototype_problem
 
 
 def _problem(n=400, d=120, L=12, seed=0):
-    """Rows near one of L prototypes, labelled with it (and another label now and then)."""
-    rng = np.random.default_rng(seed)
-    protos = [rng.choice(d, 10, replace=False) for _ in range(L)]
-    rows, cols, vals, labels = [], [], [], []
-    for i in range(n):
-        c = int(rng.integers(L))
-        feats = np.unique(np.concatenate([rng.choice(protos[c], 6, replace=False), rng.choice(d, 3)]))
-        rows += [i] * len(feats)
-        cols += feats.tolist()
-        vals += rng.uniform(0.5, 1.5, len(feats)).tolist()
-        labels.append(sorted({c} | ({int(rng.integers(L))} if rng.random() < 0.2 else set())))
-    X = sp.csr_matrix((np.array(vals, np.float32), (rows, cols)), shape=(n, d))
-    ind = np.concatenate([np.array(ls) for ls in labels])
-    ptr = np.concatenate([[0], np.cumsum([len(ls) for ls in labels])])
-    Y = sp.csr_matrix((np.ones(len(ind), np.float32), ind, ptr), shape=(n, L))
-    return X, Y
+    """Rows near one of L prototypes, labelled with it (tests/test_centroids.py)."""
+    return _prototype_problem(n=n, d=d, L=L, seed=seed)
 
 
 def _scores(net, X):
