@@ -166,6 +166,7 @@ def train_and_merge(net, count: int, train, valid, history, progress: bool = Fal
         members.append(member)
     merge(net, members)
     history.ensemble = info
+    history.centroid_kind = net._centroid_kind if net._centroid_weight else None
     log.info("ensemble: %d networks merged into one of hidden sizes %s", count,
              [int(layer.size) for layer in net.config.layers[:-1]])
 

@@ -47,6 +47,7 @@ def test_medical_default_merges_three_networks_that_rank_by_their_mean(tmp_path)
     assert all(m["best_epoch"] and m["refit_epochs"] for m in h.ensemble)
     assert net.config.layers[0].size == 3 * 1024 and net.config.training.ensemble == 1
     assert h.centroid_weight == pytest.approx(np.mean([m["centroid_weight"] for m in h.ensemble]))
+    assert h.centroid_kind == net.centroid_kind
     alone, steps = [], 0
     for seed in (0, 1000, 2000):
         m = slide.Network(threads=1, seed=seed, ensemble=1)
