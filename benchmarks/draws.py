@@ -111,31 +111,27 @@ def run_draw(name: str, X, Y, draw: int, points: int, held: int, variants, ensem
     a, b = draw_rows(X.shape[0], points, held, draw)
     rows, probs, ensemble_seconds = [], [], 0.0
     one = {"ensemble": 1} if single else {}
+
+    def train(over, seed, extra):
+        net = slide.Network(over, threads=threads, seed=seed, **extra)
+        t = time.perf_counter()
+        h = net.fit((X[a], Y[a]))
+        return net, h, time.perf_counter() - t
+
     for vname, over in variants:
-        seeds = [draw + ENSEMBLE_SEED_STEP * i for i in range(ensemble if vname == "default" else 1)]
-        for seed in seeds:
-            member = ensemble > 1 and vname == "default"
-            if seed == draw:   # the variant's row (with single, also the ensemble's first network)
-                net = slide.Network(over, threads=threads, seed=seed, **one)
-                t = time.perf_counter()
-                h = net.fit((X[a], Y[a]))
-                seconds = time.perf_counter() - t
-                if member and single:
-                    probs.append(probabilities(net, X[b]))
-                    ensemble_seconds += seconds
-            if member and (seed != draw or not single):   # the ensemble's networks are single ones
-                m = slide.Network(over, threads=threads, seed=seed, ensemble=1)
-                t = time.perf_counter()
-                m.fit((X[a], Y[a]))
-                ensemble_seconds += time.perf_counter() - t
-                probs.append(probabilities(m, X[b]))
-            if seed != draw:
-                continue
-            top, _ = net.predict(X[b], k=5)
-            rows.append({"set": name, "draw": draw, "points": points, "held": len(b), "variant": vname,
-                         **_scores(top, Y[b]), "train_seconds": seconds, "best_epoch": h.best_epoch,
-                         "refit_epochs": h.refit_epochs, "centroid_weight": net.centroid_weight,
-                         "centroid_kind": net.centroid_kind if net.centroid_weight else None})
+        net, h, seconds = train(over, draw, one)
+        top, _ = net.predict(X[b], k=5)
+        rows.append({"set": name, "draw": draw, "points": points, "held": len(b), "variant": vname,
+                     **_scores(top, Y[b]), "train_seconds": seconds, "best_epoch": h.best_epoch,
+                     "refit_epochs": h.refit_epochs, "centroid_weight": net.centroid_weight,
+                     "centroid_kind": net.centroid_kind if net.centroid_weight else None})
+        if vname != "default" or ensemble < 2:
+            continue
+        for i in range(ensemble):   # single networks; with single, the row's network is the first
+            m, _, secs = (net, h, seconds) if i == 0 and single else train(
+                over, draw + ENSEMBLE_SEED_STEP * i, {"ensemble": 1})
+            probs.append(probabilities(m, X[b]))
+            ensemble_seconds += secs
     if ensemble > 1:
         P = sum(probs) / len(probs)
         top = np.argsort(-P, axis=1, kind="stable")[:, :5].astype(np.int32)

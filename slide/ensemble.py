@@ -97,26 +97,23 @@ def run_work(net, data) -> float:
     search, its refit and the rate searches of slide.lr_search, times the estimated work per
     sample (slide.lr_search's, plus the first layer's Adam update: ADAM_ROW_COST per weight of the
     rows a batch touches, at most all of them, shared by the batch's samples)."""
-    from .lr_search import SAMPLE_OVERHEAD, work_per_sample
+    from .lr_search import SAMPLE_OVERHEAD, mean_nnz, work_per_sample
 
     samples = net._samples_trained + net._lr_search_samples
-    nnz = data.fit.x_indptr[-1] / max(1, data.fit.n)
+    nnz = mean_nnz(data.fit)
     first = net.config.layers[0]
     width = int(first.size) if len(net.config.layers) > 1 else int(net.num_labels)
     rows = min(nnz, net.num_features / max(1, net.config.training.batch_size))
-    return float(samples) * (work_per_sample(net, data) + SAMPLE_OVERHEAD + ADAM_ROW_COST * rows * width)
+    return float(samples) * (work_per_sample(net, nnz) + SAMPLE_OVERHEAD + ADAM_ROW_COST * rows * width)
 
 
 def may_merge(net, X) -> bool:
     """Whether ``ensemble: auto`` can merge networks on training matrix ``X`` at all: one pass
     over its rows must stay within AUTO_MAX_WORK (else fit may scale the values in place)."""
-    from types import SimpleNamespace
-
     from .lr_search import SAMPLE_OVERHEAD, work_per_sample
 
     n = max(1, int(X.shape[0]))
-    rows = SimpleNamespace(fit=SimpleNamespace(x_indptr=np.array([0, X.nnz]), n=n))
-    return n * (work_per_sample(net, rows) + SAMPLE_OVERHEAD) <= AUTO_MAX_WORK
+    return n * (work_per_sample(net, X.nnz / n) + SAMPLE_OVERHEAD) <= AUTO_MAX_WORK
 
 
 def auto_networks(net, data) -> int:
@@ -132,13 +129,13 @@ def auto_networks(net, data) -> int:
     return AUTO_NETWORKS
 
 
-def _summary(net, seed: int, seconds: float) -> Dict[str, Any]:
+def _summary(net, seed: int) -> Dict[str, Any]:
     w = float(net._centroid_weight or 0.0)
     return {"seed": int(seed), "best_epoch": net._best_epoch, "refit_epochs": net._refit_epochs,
             "best_valid_P@1": net._best_score, "lr": float(net.config.optimizer.lr),
             "centroid_weight": w, "centroid_kind": net._centroid_kind if w else None,
             "ridge_lambda": net._ridge_lambda if w and net._centroid_kind == "ridge" else None,
-            "train_seconds": float(seconds)}
+            "train_seconds": float(net._train_seconds)}
 
 
 def train_and_merge(net, count: int, train, valid, history, progress: bool = False) -> None:
@@ -149,7 +146,7 @@ def train_and_merge(net, count: int, train, valid, history, progress: bool = Fal
     base = net.config
     seed = int(base.training.seed)
     members: List[Any] = []
-    info = [_summary(net, seed, net._train_seconds)]
+    info = [_summary(net, seed)]
     log.info("ensemble: network 1 of %d done (seed %d); training %d more", count, seed, count - 1)
     for i in range(1, count):
         cfg = base.copy()
@@ -159,7 +156,7 @@ def train_and_merge(net, count: int, train, valid, history, progress: bool = Fal
         member = Network(cfg)
         t = time.perf_counter()
         member.fit(train, epochs="auto", valid=valid, progress=progress)
-        info.append(_summary(member, cfg.training.seed, member._train_seconds))
+        info.append(_summary(member, cfg.training.seed))
         log.info("ensemble: network %d of %d (seed %d): best validation P@1 %.4f after %s epochs, %.1f s",
                  i + 1, count, cfg.training.seed, member._best_score or float("nan"), member._best_epoch,
                  time.perf_counter() - t)
@@ -248,4 +245,3 @@ def merge(net, members) -> None:
     net._centroid_weight, net._centroid_kind, net._ridge_lambda = weight, kind, lam
     net._centroids = C if weight else None
     net._dense_vectors = net._score_cache = None
-    net._ensemble_networks = n

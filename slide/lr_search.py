@@ -54,11 +54,16 @@ LR_SEARCH_MAX_WORK = 2e11
 SAMPLE_OVERHEAD = 1e6
 
 
-def work_per_sample(net, data) -> float:
-    """Multiply-adds of one training sample, forward and backward (a rough, machine-free count):
-    the first layer's non-zero inputs, then every later layer's inputs x the neurons it scores."""
+def mean_nnz(arrays) -> float:
+    """Non-zero inputs per row of the engine's arrays."""
+    return float(arrays.x_indptr[-1]) / max(1, arrays.n)
+
+
+def work_per_sample(net, nnz: float) -> float:
+    """Multiply-adds of one training sample with ``nnz`` non-zero inputs, forward and backward (a
+    rough, machine-free count): the first layer's non-zero inputs, then every later layer's inputs
+    x the neurons it scores."""
     cfg = net.config
-    nnz = data.fit.x_indptr[-1] / max(1, data.fit.n)
     work, width = 0.0, None
     sizes = [int(layer.size) for layer in cfg.layers[:-1]] + [int(net.num_labels)]
     for i, size in enumerate(sizes):
@@ -70,7 +75,7 @@ def work_per_sample(net, data) -> float:
 
 
 def search_work(net, data) -> float:
-    return float(net._samples_trained) * (work_per_sample(net, data) + SAMPLE_OVERHEAD)
+    return float(net._samples_trained) * (work_per_sample(net, mean_nnz(data.fit)) + SAMPLE_OVERHEAD)
 
 
 def maybe_search(net, split, data) -> List[Dict[str, Any]]:

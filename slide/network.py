@@ -195,7 +195,6 @@ class Network(_EpochLoop, _LabelTerm):
         # the configured learning rate (slide.lr_search may adopt another): an ensemble's networks
         # each search from it (slide.ensemble)
         self._configured_lr = float(cfg.optimizer.lr)
-        self._ensemble_networks = 1   # networks merged into this one (slide.ensemble)
         self.history = History()
         self.stop_training = False
         self._last_batch_size = 0
@@ -528,7 +527,7 @@ class Network(_EpochLoop, _LabelTerm):
             self._restore_best(history)
             if (not auto or self._phase == "done") and not self._keep_choice:
                 self._choose_centroid_weight(data, history)
-        if not interrupted and auto and self._phase == "done" and ensemble != 1 and self._ensemble_networks == 1:
+        if not interrupted and auto and self._phase == "done" and ensemble != 1:
             count = ensemble if ensemble is not None else _ensemble.auto_networks(self, data)
             if count > 1:
                 try:

@@ -56,7 +56,6 @@ def state_meta(net) -> Dict[str, Any]:
         "centroid_kind": net._centroid_kind,
         "ridge_lambda": net._ridge_lambda,
         "configured_lr": net._configured_lr,
-        "ensemble_networks": net._ensemble_networks,
         # centroid_weight auto during a search: the choice of its best epoch so far
         "centroid_choice": (None if net._best_choice is None else
                             [net._best_choice.weight, [[w, p] for w, p in net._best_choice.p1.items()],
@@ -488,7 +487,6 @@ def _restore(cls, path: str, meta: Dict[str, Any], data: Dict[str, np.ndarray], 
         net._standard_fixed = net._standard is not None or net._label_counts is not None
         restore_centroids(net, meta, data)
         net._configured_lr = float(meta.get("configured_lr", cfg.optimizer.lr))
-        net._ensemble_networks = _positive_int(meta.get("ensemble_networks", 1), "ensemble_networks")
         h = meta.get("history") or {}
         net.history = History(h.get("records"))
         for key in ("best_epoch", "best_step", "best_score", "restored_best", "stopped_early",
