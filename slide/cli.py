@@ -246,7 +246,12 @@ def cmd_train(args) -> int:
                  if summary.get("centroid_kind") == "ridge" else
                  " on the networks' mixed label vectors" if summary.get("centroid_kind") == "mixed" else "")
         kept += f"; label-centroid weight {summary['centroid_weight']:g}{ridge}{how}"
-    if summary.get("standardized"):
+    choice = summary.get("standardize_choice") or {}
+    if choice:
+        kept += ("; features " + ("standardized" if summary.get("standardized") else "not standardized")
+                 + f" (by validation: P@1 summed over {len(choice['raw'])} networks "
+                 + f"{sum(choice['standardized']):.4f} standardized, {sum(choice['raw']):.4f} without)")
+    elif summary.get("standardized"):
         kept += "; features standardized (dense input)"
     ranks = summary.get("ranks", 1)
     rss = (f"peak RSS {format_bytes(summary['peak_rss_bytes'])}" if ranks == 1 else

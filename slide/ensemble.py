@@ -135,37 +135,95 @@ def _summary(net, seed: int) -> Dict[str, Any]:
             "best_valid_P@1": net._best_score, "lr": float(net.config.optimizer.lr),
             "centroid_weight": w, "centroid_kind": net._centroid_kind if w else None,
             "ridge_lambda": net._ridge_lambda if w and net._centroid_kind == "ridge" else None,
-            "train_seconds": float(net._train_seconds)}
+            "standardized": net._standard is not None, "train_seconds": float(net._train_seconds)}
+
+
+def votes_on_standardization(net) -> bool:
+    """Whether an ensemble of ``net`` chooses ``data.standardize`` on validation: ``auto`` turned it
+    on for this network's dense input (see :func:`train_and_merge`)."""
+    return net.config.data.standardize == "auto" and net._standard is not None
+
+
+def _train_network(net, seed: int, train, valid, progress: bool, label: str, standardize=None):
+    """One more network of ``net``'s configuration, trained with ``epochs: auto`` from seed ``seed``
+    (its own split, search and label term; its rate searched from the configured one)."""
+    from .network import Network
+
+    cfg = net.config.copy()
+    cfg.training.seed = seed
+    cfg.training.ensemble = 1
+    cfg.optimizer.lr = net._configured_lr
+    if standardize is not None:
+        cfg.data.standardize = standardize
+    member = Network(cfg)
+    t = time.perf_counter()
+    member.fit(train, epochs="auto", valid=valid, progress=progress)
+    log.info("ensemble: %s (seed %d): best validation P@1 %.4f after %s epochs, %.1f s", label, seed,
+             member._best_score or float("nan"), member._best_epoch, time.perf_counter() - t)
+    return member
+
+
+def _adopt(net, other, history) -> None:
+    """Makes ``net`` the network ``other`` (its weights, statistics, choices and run), and
+    ``history`` (what fit returns) the record of ``other``'s run."""
+    state = dict(other.__dict__)
+    state.pop("history", None)
+    net.__dict__.update(state)
+    kept = {k: v for k, v in other.history.__dict__.items() if k != "ensemble"}
+    history.__dict__.update(kept)
+    net.history = history
 
 
 def train_and_merge(net, count: int, train, valid, history, progress: bool = False) -> None:
     """Trains networks 2..count like ``net`` (which has finished its run) and merges them into
-    ``net``; ``history.ensemble`` describes them."""
-    from .network import Network
+    ``net``; ``history.ensemble`` describes them.
 
+    When ``data.standardize: auto`` standardized ``net``'s dense input
+    (:func:`votes_on_standardization`), ``count`` networks more train on the rows without
+    standardization (the same seeds, so the same validation splits) and the ``count`` networks of
+    the side whose summed best validation P@1 is higher are merged (standardized on a tie);
+    ``history.standardize_choice`` keeps both sides' scores. The networks of the other side are
+    dropped, their training counted in the run's steps, samples and seconds."""
     base = net.config
     seed = int(base.training.seed)
-    members: List[Any] = []
-    info = [_summary(net, seed)]
     log.info("ensemble: network 1 of %d done (seed %d); training %d more", count, seed, count - 1)
-    for i in range(1, count):
-        cfg = base.copy()
-        cfg.training.seed = seed + SEED_STEP * i
-        cfg.training.ensemble = 1
-        cfg.optimizer.lr = net._configured_lr   # each network searches its rate from the configured one
-        member = Network(cfg)
-        t = time.perf_counter()
-        member.fit(train, epochs="auto", valid=valid, progress=progress)
-        info.append(_summary(member, cfg.training.seed))
-        log.info("ensemble: network %d of %d (seed %d): best validation P@1 %.4f after %s epochs, %.1f s",
-                 i + 1, count, cfg.training.seed, member._best_score or float("nan"), member._best_epoch,
-                 time.perf_counter() - t)
-        members.append(member)
-    merge(net, members)
+    members = [_train_network(net, seed + SEED_STEP * i, train, valid, progress, f"network {i + 1} of {count}")
+               for i in range(1, count)]
+    dropped: List[Any] = []
+    if votes_on_standardization(net):
+        raw = [_train_network(net, seed + SEED_STEP * i, train, valid, progress,
+                              f"network {i + 1} of {count} without standardization", standardize=False)
+               for i in range(count)]
+        scores = {"standardized": [float(m._best_score or 0.0) for m in [net] + members],
+                  "raw": [float(m._best_score or 0.0) for m in raw]}
+        chosen = "raw" if sum(scores["raw"]) > sum(scores["standardized"]) else "standardized"
+        log.info("ensemble: data.standardize auto: summed best validation P@1 %.4f standardized, %.4f "
+                 "without: %s", sum(scores["standardized"]), sum(scores["raw"]),
+                 "merging the networks without standardization" if chosen == "raw" else "keeping it")
+        if chosen == "raw":
+            first = _Work(net)   # the standardized first network's training, before net becomes raw[0]
+            dropped = [first] + members
+            _adopt(net, raw[0], history)
+            members = raw[1:]
+        else:
+            dropped = raw
+        history.standardize_choice = dict(scores, chosen=chosen)
+    info = [_summary(m, int(m.config.training.seed)) for m in [net] + members]
+    merge(net, members, dropped)
     history.ensemble = info
     history.centroid_kind = net._centroid_kind if net._centroid_weight else None
     log.info("ensemble: %d networks merged into one of hidden sizes %s", count,
              [int(layer.size) for layer in net.config.layers[:-1]])
+
+
+class _Work:
+    """What a dropped network's training adds to the run: its steps, samples and seconds."""
+
+    def __init__(self, net):
+        self.total_steps = int(net.total_steps)
+        self._samples_trained = int(net._samples_trained)
+        self._lr_search_samples = int(net._lr_search_samples)
+        self._train_seconds = float(net._train_seconds)
 
 
 def _float_parameters(net) -> Dict[str, np.ndarray]:
@@ -219,8 +277,9 @@ def merged_label_term(nets) -> tuple:
     return total / n, "mixed", None, np.ascontiguousarray(mixed, dtype=np.float32)
 
 
-def merge(net, members) -> None:
-    """Makes ``net`` the merged network of itself and ``members`` (see the module doc)."""
+def merge(net, members, dropped=()) -> None:
+    """Makes ``net`` the merged network of itself and ``members`` (see the module doc); the
+    training of ``dropped`` (networks not merged) counts in the run's steps, samples and seconds."""
     nets = [net] + list(members)
     n = len(nets)
     params = [_float_parameters(m) for m in nets]
@@ -237,8 +296,8 @@ def merge(net, members) -> None:
     net._set_parameters(merged_parameters(params, len(cfg.layers)))
     # every network's batches count in the run (a step past the first network's also tells
     # slide train's checkpoints that this is a new state)
-    net._core.step = step + sum(m.total_steps for m in members)
-    for m in members:
+    net._core.step = step + sum(m.total_steps for m in list(members) + list(dropped))
+    for m in list(members) + list(dropped):
         net._samples_trained += m._samples_trained
         net._lr_search_samples += m._lr_search_samples
         net._train_seconds += m._train_seconds

@@ -37,6 +37,9 @@ class History:
         # training.ensemble (slide.ensemble): one dict per network merged into this one (seed,
         # best epoch, validation P@1, label term, training seconds); empty for a single network
         self.ensemble: List[Dict[str, Any]] = []
+        # an ensemble on dense input with data.standardize auto: the best validation P@1 of each
+        # network standardized and not ("standardized", "raw") and the side merged ("chosen")
+        self.standardize_choice: Dict[str, Any] = {}
 
     def __len__(self) -> int:
         return len(self.records)
@@ -58,7 +61,7 @@ class History:
         return {"records": self.records, "best_epoch": self.best_epoch, "best_step": self.best_step,
                 "best_score": self.best_score, "restored_best": self.restored_best,
                 "stopped_early": self.stopped_early, "interrupted": self.interrupted,
-                "ensemble": self.ensemble}
+                "ensemble": self.ensemble, "standardize_choice": self.standardize_choice}
 
     def __repr__(self) -> str:
         return (f"History({len(self.records)} records, best_epoch={self.best_epoch}, "

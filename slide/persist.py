@@ -490,7 +490,7 @@ def _restore(cls, path: str, meta: Dict[str, Any], data: Dict[str, np.ndarray], 
         h = meta.get("history") or {}
         net.history = History(h.get("records"))
         for key in ("best_epoch", "best_step", "best_score", "restored_best", "stopped_early",
-                    "stopped_by_budget", "interrupted", "refit_epochs", "ensemble"):
+                    "stopped_by_budget", "interrupted", "refit_epochs", "ensemble", "standardize_choice"):
             if key in h:
                 setattr(net.history, key, h[key])
     except (KeyError, TypeError) as e:

@@ -713,6 +713,7 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
         "centroid_kind": net.centroid_kind if net.centroid_weight else None,
         "ridge_lambda": net._ridge_lambda if net.centroid_weight and net.centroid_kind == "ridge" else None,
         "standardized": net.standardized,
+        "standardize_choice": dict(getattr(history, "standardize_choice", None) or {}),
         "centroid_search": {str(w): p for w, p in (getattr(history, "centroid_search", None) or {}).items()},
         "kept_epoch": kept_epoch,
         "ensemble": ensemble,

@@ -164,7 +164,7 @@ def test_ctrl_c_while_the_other_networks_train_keeps_the_first(monkeypatch, tmp_
     cfg = {"layers": [{"size": 16}, {"size": None}], "training": {"max_epochs": 4, "ensemble": 2}}
     real_merge = ensemble.merge
 
-    def interrupted(net, members):
+    def interrupted(*args):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(ensemble, "merge", interrupted)
@@ -182,3 +182,66 @@ def test_ctrl_c_while_the_other_networks_train_keeps_the_first(monkeypatch, tmp_
     whole = slide.Network(cfg, threads=1)
     whole.fit((X, Y))
     assert (whole.predict(X, k=3)[0] == loaded.predict(X, k=3)[0]).all()
+
+
+def _dense_problem(signal_scale, noise_scale, n=500, signal=6, noise=150, L=5, seed=0):
+    """Dense real-valued rows: ``signal`` features that place a row near its label's prototype
+    (one label a row) and ``noise`` features of pure noise, at the given scales. Standardizing
+    puts the two kinds on one scale: it helps when the signal is the small one and hurts when the
+    noise is (then the network fits the noise of many more features)."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(L, size=n)
+    protos = rng.normal(size=(L, signal))
+    Xs = (protos[labels] + 0.8 * rng.normal(size=(n, signal))) * signal_scale
+    Xn = rng.normal(size=(n, noise)) * noise_scale
+    X = sp.csr_matrix(np.hstack([Xs, Xn]).astype(np.float32))
+    Y = sp.csr_matrix((np.ones(n, np.float32), (np.arange(n), labels)), shape=(n, L))
+    return X, Y
+
+
+@pytest.mark.parametrize("signal_scale,noise_scale,chosen", [
+    (1.0, 0.001, "raw"),
+    (0.001, 1.0, "standardized"),
+], ids=["small-noise", "small-signal"])
+def test_dense_input_chooses_standardization_on_the_networks_validation(tmp_path, signal_scale,
+                                                                         noise_scale, chosen):
+    """data.standardize auto on dense input, in an ensemble: as many networks again train on the
+    rows without standardization (same seeds, same validation splits); the side with the higher
+    summed best validation P@1 is merged, its scores the mean of its networks trained alone, and
+    every network's batches count in the run."""
+    X, Y = _dense_problem(signal_scale, noise_scale)
+    cfg = {"layers": [{"size": 32}, {"size": None}], "training": {"max_epochs": 12, "ensemble": 2}}
+    net = slide.Network(cfg, threads=1)
+    h = net.fit((X, Y))
+    choice = h.standardize_choice
+    assert len(choice["standardized"]) == len(choice["raw"]) == 2
+    assert choice["chosen"] == chosen
+    assert (sum(choice["raw"]) > sum(choice["standardized"])) == (chosen == "raw")
+    assert net.standardized == (chosen == "standardized")
+    assert [m["standardized"] for m in h.ensemble] == [chosen == "standardized"] * 2
+    assert net.config.layers[0].size == 64
+    alone, steps = {}, 0
+    for std in (True, False):
+        for seed in (0, 1000):
+            m = slide.Network(cfg, threads=1, seed=seed, ensemble=1, standardize=std)
+            m.fit((X, Y))
+            steps += m.total_steps
+            if std == (chosen == "standardized"):
+                alone.setdefault("scores", []).append(_scores(m, X))
+                assert m._best_score == pytest.approx(choice[chosen][seed // 1000])
+    assert net.total_steps == steps
+    mean = sum(alone["scores"]) / 2
+    np.testing.assert_allclose(_scores(net, X), mean, atol=1e-3 * np.abs(mean).max())
+    net.save(tmp_path / "m.npz")
+    loaded = slide.Network.load(tmp_path / "m.npz")
+    assert loaded.history.standardize_choice == choice and loaded.standardized == net.standardized
+    assert (loaded.predict(X, k=3)[0] == net.predict(X, k=3)[0]).all()
+
+
+def test_standardization_set_by_hand_is_not_chosen_again():
+    X, Y = _dense_problem(1.0, 0.001, n=300)
+    cfg = {"layers": [{"size": 16}, {"size": None}], "training": {"max_epochs": 4, "ensemble": 2}}
+    for std in (True, False):
+        net = slide.Network(cfg, threads=1, standardize=std)
+        h = net.fit((X, Y))
+        assert h.standardize_choice == {} and len(h.ensemble) == 2 and net.standardized == std
