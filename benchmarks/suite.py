@@ -133,6 +133,7 @@ def worker(system: str, name: str, threads: int, seed=None) -> dict:
     if system == "slide":
         row["epochs"] = {"best": result.best_epoch, "refit": result.refit_epochs}
         row["centroid_weight"] = model.centroid_weight
+        row["standardized"] = model.standardized
     row["peak_rss_bytes"] = _peak_rss()
     return row
 

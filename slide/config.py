@@ -53,7 +53,8 @@ class DataConfig:
     standardize: Union[bool, str] = _f("auto", "standardize each feature by the training rows' mean and standard "
                                                 "deviation before the row scaling: true | false | auto (when at "
                                                 "least half the training matrix's entries are stored: dense "
-                                                "real-valued features, not text)", auto=True)
+                                                "real-valued features, not text; an ensemble then "
+                                                "chooses on validation whether to keep it)", auto=True)
     cache: bool = _f(True, "keep a binary cache of parsed files (reused only while the source is unchanged)")
 
 
