@@ -207,13 +207,14 @@ def train_and_merge(net, count: int, train, valid, history, progress: bool = Fal
         log.info("ensemble: data.standardize auto: summed best validation P@1 %.4f standardized, %.4f "
                  "without: %s", sum(scores["standardized"]), sum(scores["raw"]),
                  "merging the networks without standardization" if chosen == "raw" else "keeping it")
+        # the other side's networks are freed before the merge; what their training cost stays
         if chosen == "raw":
-            first = _Work(net)   # the standardized first network's training, before net becomes raw[0]
-            dropped = [first] + members
+            dropped = [_Work(m) for m in [net] + members]   # net's before it becomes raw[0]
             _adopt(net, raw[0], history)
             members = raw[1:]
         else:
-            dropped = raw
+            dropped = [_Work(m) for m in raw]
+        del raw
         history.standardize_choice = dict(scores, chosen=chosen)
     info = [_summary(m, int(m.config.training.seed)) for m in [net] + members]
     merge(net, members, dropped)
