@@ -22,6 +22,10 @@ labels (every label scored). The default itself merges three networks on a cheap
 with ``training.ensemble: 1``, the default before 2026-12-06 (the tables of benchmarks/README.md
 measured before then are reproduced with it).
 
+``--dense-net`` adds the dense PyTorch network of ``benchmarks/suite.py`` (the default network for
+its fixed epoch count) trained and scored on the same rows: ``dense-net`` on the rows slide sees
+and, on sets the default standardizes, ``dense-net-l2`` on the L2-normalised rows alone.
+
 Prints per set the mean P@1 over draws of each row and its change against the default, then the
 change over sets (mean, sets up and down); writes every run to ``benchmarks/results/draws.json``
 (``--out``). Sets are named as in ``benchmarks/suite.py`` (the 12 real sets; Bibtex and Delicious
@@ -102,10 +106,38 @@ def _scores(top: np.ndarray, Y) -> dict:
     return {k: float(m[k]) for k in ("P@1", "P@3", "P@5")}
 
 
+def dense_net_rows(name: str, X, Y, a, b, draw: int, threads: int):
+    """The dense PyTorch network of benchmarks/suite.py (the default network, ``TORCH_EPOCHS``
+    epochs, ``training.seed`` = the draw) trained on rows ``a`` and scored on rows ``b``: on the
+    rows slide sees, and where the default standardizes them also on the L2-normalised rows alone
+    (``dense-net-l2``), as the suite runs it."""
+    import slide
+    from slide.baselines.torch_dense import TorchDenseTrainer
+    from slide.scaling import wants_standardize
+    from suite import L2_SUFFIX, TORCH_EPOCHS
+
+    settings = [("dense-net", "auto")]
+    if wants_standardize("auto", X[a]):
+        settings.append(("dense-net" + L2_SUFFIX, False))
+    rows = []
+    for rname, standardize in settings:
+        cfg = slide.Config.from_dict({"training": {"threads": threads, "seed": draw},
+                                      "data": {"standardize": standardize}})
+        model = TorchDenseTrainer(cfg, X.shape[1], Y.shape[1])
+        t = time.perf_counter()
+        model.fit_for(slide.Dataset(X[a], Y[a]), epochs=TORCH_EPOCHS)
+        seconds = time.perf_counter() - t
+        top = model.predict_topk(X[b], k=5)[0]
+        rows.append({"set": name, "draw": draw, "points": len(a), "held": len(b), "variant": rname,
+                     **_scores(top, Y[b]), "train_seconds": seconds})
+    return rows
+
+
 def run_draw(name: str, X, Y, draw: int, points: int, held: int, variants, ensemble: int, threads: int,
-             single: bool = False):
-    """One draw of one set: a row per variant (the default first) and the ensemble's. ``single``:
-    every network with ``training.ensemble: 1``."""
+             single: bool = False, dense_net: bool = False):
+    """One draw of one set: a row per variant (the default first), the ensemble's and, with
+    ``dense_net``, the dense PyTorch network's. ``single``: every network with
+    ``training.ensemble: 1``."""
     import slide
 
     a, b = draw_rows(X.shape[0], points, held, draw)
@@ -137,6 +169,8 @@ def run_draw(name: str, X, Y, draw: int, points: int, held: int, variants, ensem
         top = np.argsort(-P, axis=1, kind="stable")[:, :5].astype(np.int32)
         rows.append({"set": name, "draw": draw, "points": points, "held": len(b),
                      "variant": f"ensemble_{ensemble}", **_scores(top, Y[b]), "train_seconds": ensemble_seconds})
+    if dense_net:
+        rows += dense_net_rows(name, X, Y, a, b, draw, threads)
     return rows
 
 
@@ -171,6 +205,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ensemble", type=int, default=1, help="also a seed ensemble of this many default networks")
     ap.add_argument("--single", action="store_true",
                     help="every network with training.ensemble: 1 (the default before 2026-12-06)")
+    ap.add_argument("--dense-net", action="store_true",
+                    help="also the dense PyTorch network of benchmarks/suite.py on the same rows (needs torch)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
@@ -183,8 +219,13 @@ def main(argv=None) -> int:
     variants = [("default", {})] + args.variant
     if len({v for v, _ in variants}) < len(variants):
         ap.error("--variant: every name must be new (and not 'default')")
-    if args.ensemble < 2 and len(variants) == 1:
-        ap.error("nothing to compare: give --variant or --ensemble 2 or more")
+    if args.ensemble < 2 and len(variants) == 1 and not args.dense_net:
+        ap.error("nothing to compare: give --variant, --ensemble 2 or more, or --dense-net")
+    if args.dense_net:
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            ap.error('--dense-net needs PyTorch: pip install ".[torch]"')
 
     import slide
 
@@ -206,7 +247,7 @@ def main(argv=None) -> int:
                              f"on at most {FULL_LABELS} (every label scored)")
         for draw in draws:
             new = run_draw(name, X, Y, draw, args.points, args.held, variants, args.ensemble, args.threads,
-                           args.single)
+                           args.single, args.dense_net)
             for r in new:
                 print(f"{name} draw {draw} {r['variant']}: P@1 {r['P@1']:.4f}", flush=True)
             rows += new
@@ -217,7 +258,7 @@ def main(argv=None) -> int:
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps({"command": " ".join(sys.argv), "threads": args.threads,
                                "variants": {v: o for v, o in variants}, "ensemble": args.ensemble,
-                               "single": args.single,
+                               "single": args.single, "dense_net": args.dense_net,
                                "machine": platform.processor() or platform.machine(),
                                "date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1))
     os.replace(tmp, out)

@@ -66,3 +66,28 @@ def test_bad_arguments_say_what_is_wrong(capsys):
         draws.main(["--sets", "no-such-set", "--ensemble", "2"])
     a, b = draws.draw_rows(1000, 400, 4000, 1)
     assert len(a) == 400 and len(b) == 600 and not set(a) & set(b)
+
+
+def test_the_dense_net_is_trained_and_scored_on_the_same_rows(tmp_path, capsys):
+    """--dense-net: the suite's dense PyTorch network on each draw's rows; on a set the default
+    standardizes (yeast) also on the L2-normalised rows alone, on a sparse one (medical) not."""
+    pytest.importorskip("torch")
+    dataset_dir("yeast")
+    draws = benchmark_module("draws")
+    out = tmp_path / "draws.json"
+    assert draws.main(["--sets", "yeast,medical", "--points", "300", "--held", "300", "--draws", "0",
+                       "--dense-net", "--single", "--out", str(out), "--threads", "1"]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["dense_net"]
+    rows = {(r["set"], r["variant"]): r for r in saved["rows"]}
+    assert list(rows) == [("yeast", "default"), ("yeast", "dense-net"), ("yeast", "dense-net-l2"),
+                          ("medical", "default"), ("medical", "dense-net")]
+    assert all(r["points"] == 300 for r in rows.values())
+    # the same held-out rows for every system of a set (medical has 333 training rows: 33 left)
+    assert {r["held"] for (s, _), r in rows.items() if s == "yeast"} == {300}
+    assert {r["held"] for (s, _), r in rows.items() if s == "medical"} == {33}
+    # 300 yeast rows learn for both systems (about 0.75 P@1 on the other rows)
+    for variant in ("default", "dense-net", "dense-net-l2"):
+        assert 0.65 <= rows["yeast", variant]["P@1"] <= 0.85, (variant, rows["yeast", variant]["P@1"])
+    printed = capsys.readouterr().out
+    assert "dense-net-l2: mean change" in printed and "| medical | 1 |" in printed
