@@ -175,21 +175,28 @@ def run_draw(name: str, X, Y, draw: int, points: int, held: int, variants, ensem
 
 
 def summarize(rows) -> str:
-    """Markdown: mean P@1 per set and row (change against the default), then over sets."""
+    """Markdown: mean P@1 per set and row (change against the default), then over the sets that
+    have the row ("-" where a set has none: ``dense-net-l2`` on sets not standardized)."""
     sets = list(dict.fromkeys(r["set"] for r in rows))
     names = list(dict.fromkeys(r["variant"] for r in rows))
-    mean = {(s, v): float(np.mean([r["P@1"] for r in rows if r["set"] == s and r["variant"] == v]))
-            for s in sets for v in names}
+    mean = {}
+    for s in sets:
+        for v in names:
+            p1 = [r["P@1"] for r in rows if r["set"] == s and r["variant"] == v]
+            if p1:
+                mean[s, v] = float(np.mean(p1))
     draws = {s: len({r["draw"] for r in rows if r["set"] == s}) for s in sets}
     out = ["| set | draws | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
     for s in sets:
-        cells = [f"{mean[s, 'default']:.4f}"] + [f"{mean[s, v]:.4f} ({mean[s, v] - mean[s, 'default']:+.4f})"
-                                                 for v in names[1:]]
+        cells = [f"{mean[s, 'default']:.4f}"] + [
+            f"{mean[s, v]:.4f} ({mean[s, v] - mean[s, 'default']:+.4f})" if (s, v) in mean else "-"
+            for v in names[1:]]
         out.append(f"| {s} | {draws[s]} | " + " | ".join(cells) + " |")
     summary = []
     for v in names[1:]:
-        d = np.array([mean[s, v] - mean[s, "default"] for s in sets])
-        summary.append(f"{v}: mean change {d.mean():+.4f} P@1 over {len(sets)} set{'s' if len(sets) != 1 else ''}, "
+        have = [s for s in sets if (s, v) in mean]
+        d = np.array([mean[s, v] - mean[s, "default"] for s in have])
+        summary.append(f"{v}: mean change {d.mean():+.4f} P@1 over {len(have)} set{'s' if len(have) != 1 else ''}, "
                        f"up on {(d > 0).sum()}, down on {(d < 0).sum()}")
     return "\n".join(out) + "\n\n" + "\n".join(summary)
 
