@@ -136,9 +136,9 @@ def auto_networks(net, data) -> int:
     return AUTO_NETWORKS
 
 
-def _summary(net, seed: int) -> Dict[str, Any]:
+def _summary(net) -> Dict[str, Any]:
     w = float(net._centroid_weight or 0.0)
-    return {"seed": int(seed), "best_epoch": net._best_epoch, "refit_epochs": net._refit_epochs,
+    return {"seed": int(net.config.training.seed), "best_epoch": net._best_epoch, "refit_epochs": net._refit_epochs,
             "best_valid_P@1": net._best_score, "lr": float(net.config.optimizer.lr),
             "centroid_weight": w, "centroid_kind": net._centroid_kind if w else None,
             "ridge_lambda": net._ridge_lambda if w and net._centroid_kind == "ridge" else None,
@@ -196,7 +196,7 @@ def train_and_merge(net, count: int, train, valid, history, progress: bool = Fal
     log.info("ensemble: network 1 of %d done (seed %d); training %d more", count, seed, count - 1)
     members = [_train_network(net, seed + SEED_STEP * i, train, valid, progress, f"network {i + 1} of {count}")
                for i in range(1, count)]
-    dropped: List[Any] = []
+    spent = None
     if votes_on_standardization(net):
         raw = [_train_network(net, seed + SEED_STEP * i, train, valid, progress,
                               f"network {i + 1} of {count} without standardization", standardize=False)
@@ -209,29 +209,37 @@ def train_and_merge(net, count: int, train, valid, history, progress: bool = Fal
                  "merging the networks without standardization" if chosen == "raw" else "keeping it")
         # the other side's networks are freed before the merge; what their training cost stays
         if chosen == "raw":
-            dropped = [_Work(m) for m in [net] + members]   # net's before it becomes raw[0]
+            spent = _training([net] + members)   # net's before it becomes raw[0]
             _adopt(net, raw[0], history)
             members = raw[1:]
         else:
-            dropped = [_Work(m) for m in raw]
+            spent = _training(raw)
         del raw
         history.standardize_choice = dict(scores, chosen=chosen)
-    info = [_summary(m, int(m.config.training.seed)) for m in [net] + members]
-    merge(net, members, dropped)
+    info = [_summary(m) for m in [net] + members]
+    merge(net, members)
+    if spent is not None:
+        _count_training(net, spent)
     history.ensemble = info
     history.centroid_kind = net._centroid_kind if net._centroid_weight else None
     log.info("ensemble: %d networks merged into one of hidden sizes %s", count,
              [int(layer.size) for layer in net.config.layers[:-1]])
 
 
-class _Work:
-    """What a dropped network's training adds to the run: its steps, samples and seconds."""
+def _training(nets) -> Dict[str, float]:
+    """What networks' runs cost, summed: batches, samples (and those of rate searches), seconds."""
+    return {"steps": sum(m.total_steps for m in nets), "samples": sum(m._samples_trained for m in nets),
+            "lr_search_samples": sum(m._lr_search_samples for m in nets),
+            "seconds": sum(m._train_seconds for m in nets)}
 
-    def __init__(self, net):
-        self.total_steps = int(net.total_steps)
-        self._samples_trained = int(net._samples_trained)
-        self._lr_search_samples = int(net._lr_search_samples)
-        self._train_seconds = float(net._train_seconds)
+
+def _count_training(net, spent: Dict[str, float]) -> None:
+    """Adds ``spent`` (:func:`_training`) to ``net``'s run: every network's batches count in it (a
+    step past the first network's also tells slide train's checkpoints that this is a new state)."""
+    net._core.step = net.step + int(spent["steps"])
+    net._samples_trained += int(spent["samples"])
+    net._lr_search_samples += int(spent["lr_search_samples"])
+    net._train_seconds += float(spent["seconds"])
 
 
 def _float_parameters(net) -> Dict[str, np.ndarray]:
@@ -285,9 +293,8 @@ def merged_label_term(nets) -> tuple:
     return total / n, "mixed", None, np.ascontiguousarray(mixed, dtype=np.float32)
 
 
-def merge(net, members, dropped=()) -> None:
-    """Makes ``net`` the merged network of itself and ``members`` (see the module doc); the
-    training of ``dropped`` (networks not merged) counts in the run's steps, samples and seconds."""
+def merge(net, members) -> None:
+    """Makes ``net`` the merged network of itself and ``members`` (see the module doc)."""
     nets = [net] + list(members)
     n = len(nets)
     params = [_float_parameters(m) for m in nets]
@@ -302,13 +309,8 @@ def merge(net, members, dropped=()) -> None:
     net._build(net.num_features, net.num_labels)
     net.requested_sampling = requested_sampling
     net._set_parameters(merged_parameters(params, len(cfg.layers)))
-    # every network's batches count in the run (a step past the first network's also tells
-    # slide train's checkpoints that this is a new state)
-    net._core.step = step + sum(m.total_steps for m in list(members) + list(dropped))
-    for m in list(members) + list(dropped):
-        net._samples_trained += m._samples_trained
-        net._lr_search_samples += m._lr_search_samples
-        net._train_seconds += m._train_seconds
+    net._core.step = step
+    _count_training(net, _training(members))
     net._centroid_weight, net._centroid_kind, net._ridge_lambda = weight, kind, lam
     net._centroids = C if weight else None
     net._dense_vectors = net._score_cache = None
