@@ -26,6 +26,13 @@ measured before then are reproduced with it).
 its fixed epoch count) trained and scored on the same rows: ``dense-net`` on the rows slide sees
 and, on sets the default standardizes, ``dense-net-l2`` on the L2-normalised rows alone.
 
+``--peers napkinxc,pecos`` adds the XMC libraries as ``benchmarks/suite.py`` runs them (their
+default settings, the same input scaling as slide's default, ``training.seed`` = the draw; on sets
+the default standardizes also ``NAME-l2`` on the L2-normalised rows alone), each in its own process
+(PECOS under ``--pecos-python``, a Python with libpecos and NumPy<2), trained on the draw's rows and
+scored with the same metric code on the same held-out rows: the suite's comparison, on rows of
+data no default was tuned on.
+
 Prints per set the mean P@1 over draws of each row and its change against the default, then the
 change over sets (mean, sets up and down); writes every run to ``benchmarks/results/draws.json``
 (``--out``). Sets are named as in ``benchmarks/suite.py`` (the 12 real sets; Bibtex and Delicious
@@ -37,9 +44,12 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -52,6 +62,7 @@ from slide.centroids import FULL_LABELS  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "draws.json"
 ENSEMBLE_SEED_STEP = 1000
+PEERS = ("napkinxc", "pecos")
 
 
 def parse_variant(text: str):
@@ -133,11 +144,71 @@ def dense_net_rows(name: str, X, Y, a, b, draw: int, threads: int):
     return rows
 
 
+def peer_worker(system: str, folder: str, threads: int, seed: int) -> dict:
+    """In a process of its own: trains ``system`` (``napkinxc`` or ``pecos``, ``-l2``: on the
+    L2-normalised rows alone) on ``folder``/train.npz's rows with the default input scaling,
+    writes the top 5 labels of ``folder``/held.npz's rows to ``folder``/top.npy."""
+    import scipy.sparse as sp
+
+    import slide
+
+    raw = system.endswith("-l2")
+    base = system[:-3] if raw else system
+    cfg = slide.Config.from_dict({"training": {"threads": threads, "seed": seed},
+                                  "data": {"standardize": False if raw else "auto"}})
+    if base == "napkinxc":
+        from slide.baselines.napkinxc_plt import NapkinPLT as Model
+    elif base == "pecos":
+        from slide.baselines.pecos_linear import PecosXLinear as Model
+    else:
+        raise ValueError(f"unknown peer {system!r}; expected one of {', '.join(PEERS)}")
+    d = Path(folder)
+    X, Y, H = (sp.load_npz(d / f).tocsr() for f in ("train.npz", "labels.npz", "held.npz"))
+    model = Model(cfg)
+    t = time.perf_counter()
+    model.fit((X, Y))
+    seconds = time.perf_counter() - t
+    np.save(d / "top.npy", np.asarray(model.predict_topk(H, k=5)[0], dtype=np.int32))
+    return {"train_seconds": seconds}
+
+
+def peer_rows(name: str, X, Y, a, b, draw: int, threads: int, peers, pecos_python: Optional[str]):
+    """The XMC libraries (``peers``) trained on rows ``a`` and scored on rows ``b``, each in its
+    own process (:func:`peer_worker`); on sets the default standardizes also on the L2-normalised
+    rows alone (``NAME-l2``), as benchmarks/suite.py runs them."""
+    import scipy.sparse as sp
+
+    from slide.scaling import wants_standardize
+
+    systems = list(peers) + ([p + "-l2" for p in peers] if wants_standardize("auto", X[a]) else [])
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="slide-draw-") as folder:
+        for f, M in (("train.npz", X[a]), ("labels.npz", Y[a]), ("held.npz", X[b])):
+            sp.save_npz(os.path.join(folder, f), M.tocsr())
+        for system in systems:
+            python = pecos_python if system.startswith("pecos") else sys.executable
+            cmd = [python, str(Path(__file__).resolve()), "--peer-worker", system, folder,
+                   "--threads", str(threads), "--seed", str(draw)]
+            # outside the checkout, so that the interpreter's installed slide is imported
+            p = subprocess.run(cmd, capture_output=True, text=True, cwd=tempfile.gettempdir(),
+                               env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+            result = next((json.loads(line) for line in reversed(p.stdout.splitlines())
+                           if line.startswith("{")), None)
+            if p.returncode != 0 or result is None:
+                tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise SystemExit(f"--peers: {system} on {name} draw {draw} failed (exit {p.returncode}): "
+                                 f"{tail[0][:300]}")
+            top = np.load(os.path.join(folder, "top.npy"))
+            rows.append({"set": name, "draw": draw, "points": len(a), "held": len(b), "variant": system,
+                         **_scores(top, Y[b]), "train_seconds": result["train_seconds"]})
+    return rows
+
+
 def run_draw(name: str, X, Y, draw: int, points: int, held: int, variants, ensemble: int, threads: int,
-             single: bool = False, dense_net: bool = False):
+             single: bool = False, dense_net: bool = False, peers=(), pecos_python: Optional[str] = None):
     """One draw of one set: a row per variant (the default first), the ensemble's and, with
-    ``dense_net``, the dense PyTorch network's. ``single``: every network with
-    ``training.ensemble: 1``."""
+    ``dense_net``, the dense PyTorch network's, with ``peers`` the XMC libraries'. ``single``:
+    every network with ``training.ensemble: 1``."""
     import slide
 
     a, b = draw_rows(X.shape[0], points, held, draw)
@@ -171,6 +242,8 @@ def run_draw(name: str, X, Y, draw: int, points: int, held: int, variants, ensem
                      "variant": f"ensemble_{ensemble}", **_scores(top, Y[b]), "train_seconds": ensemble_seconds})
     if dense_net:
         rows += dense_net_rows(name, X, Y, a, b, draw, threads)
+    if peers:
+        rows += peer_rows(name, X, Y, a, b, draw, threads, peers, pecos_python)
     return rows
 
 
@@ -203,7 +276,7 @@ def summarize(rows) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sets", required=True, help="comma-separated set names (as in benchmarks/suite.py)")
+    ap.add_argument("--sets", help="comma-separated set names (as in benchmarks/suite.py)")
     ap.add_argument("--points", type=int, default=400, help="training rows per draw (default 400)")
     ap.add_argument("--held", type=int, default=4000, help="at most this many other rows scored (default 4000)")
     ap.add_argument("--draws", default="0,1,2", help="comma-separated draw numbers (default 0,1,2)")
@@ -214,9 +287,28 @@ def main(argv=None) -> int:
                     help="every network with training.ensemble: 1 (the default before 2026-12-06)")
     ap.add_argument("--dense-net", action="store_true",
                     help="also the dense PyTorch network of benchmarks/suite.py on the same rows (needs torch)")
+    ap.add_argument("--peers", default="",
+                    help="comma-separated XMC libraries trained and scored on the same rows: napkinxc, pecos")
+    ap.add_argument("--pecos-python", default=os.environ.get("SLIDE_PECOS_PYTHON"),
+                    help="a Python with libpecos (NumPy<2) and slide installed, for --peers pecos")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--peer-worker", nargs=2, metavar=("SYSTEM", "FOLDER"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.peer_worker:
+        print(json.dumps(peer_worker(args.peer_worker[0], args.peer_worker[1], args.threads, args.seed)),
+              flush=True)
+        return 0
+    if not args.sets:
+        ap.error("--sets is required")
+    peers = [p for p in args.peers.split(",") if p]
+    unknown = [p for p in peers if p not in PEERS]
+    if unknown:
+        ap.error(f"--peers {','.join(unknown)}: expected some of {', '.join(PEERS)}")
+    if "pecos" in peers and not args.pecos_python:
+        ap.error("--peers pecos needs --pecos-python (or SLIDE_PECOS_PYTHON): a Python with libpecos, "
+                 "which wants NumPy<2, and slide installed")
     if args.points < 2 or args.held < 1 or args.ensemble < 1:
         ap.error("--points must be at least 2, --held and --ensemble at least 1")
     try:
@@ -226,8 +318,8 @@ def main(argv=None) -> int:
     variants = [("default", {})] + args.variant
     if len({v for v, _ in variants}) < len(variants):
         ap.error("--variant: every name must be new (and not 'default')")
-    if args.ensemble < 2 and len(variants) == 1 and not args.dense_net:
-        ap.error("nothing to compare: give --variant, --ensemble 2 or more, or --dense-net")
+    if args.ensemble < 2 and len(variants) == 1 and not args.dense_net and not peers:
+        ap.error("nothing to compare: give --variant, --ensemble 2 or more, --dense-net or --peers")
     if args.dense_net:
         import importlib.util
 
@@ -254,7 +346,7 @@ def main(argv=None) -> int:
                              f"on at most {FULL_LABELS} (every label scored)")
         for draw in draws:
             new = run_draw(name, X, Y, draw, args.points, args.held, variants, args.ensemble, args.threads,
-                           args.single, args.dense_net)
+                           args.single, args.dense_net, peers, args.pecos_python)
             for r in new:
                 print(f"{name} draw {draw} {r['variant']}: P@1 {r['P@1']:.4f}", flush=True)
             rows += new
@@ -263,9 +355,12 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"command": " ".join(sys.argv), "threads": args.threads,
+    # the PECOS interpreter's path is this machine's own: recorded as PY
+    command = " ".join(["python", "benchmarks/draws.py"] + [
+        "PY" if x == args.pecos_python else x for x in (argv or sys.argv[1:])])
+    tmp.write_text(json.dumps({"command": command, "threads": args.threads,
                                "variants": {v: o for v, o in variants}, "ensemble": args.ensemble,
-                               "single": args.single, "dense_net": args.dense_net,
+                               "single": args.single, "dense_net": args.dense_net, "peers": peers,
                                "machine": platform.processor() or platform.machine(),
                                "date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1))
     os.replace(tmp, out)

@@ -94,3 +94,40 @@ def test_the_dense_net_is_trained_and_scored_on_the_same_rows(tmp_path, capsys):
     assert next(line for line in printed.splitlines() if line.startswith("| medical | 1 |")).endswith("| - |")
     assert "over 1 set, " in next(line for line in printed.splitlines() if line.startswith("dense-net-l2: mean change"))
     assert "over 2 sets, " in next(line for line in printed.splitlines() if line.startswith("dense-net: mean change"))
+
+
+def test_the_xmc_libraries_are_trained_and_scored_on_the_same_rows(tmp_path, capsys):
+    """--peers: napkinXC as benchmarks/suite.py runs it, in its own process, on each draw's rows;
+    on a set the default standardizes (yeast) also on the L2-normalised rows alone."""
+    pytest.importorskip("napkinxc")
+    dataset_dir("yeast")
+    draws = benchmark_module("draws")
+    out = tmp_path / "draws.json"
+    assert draws.main(["--sets", "yeast", "--points", "300", "--held", "300", "--draws", "0",
+                       "--peers", "napkinxc", "--single", "--out", str(out), "--threads", "1"]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["peers"] == ["napkinxc"]
+    rows = {r["variant"]: r for r in saved["rows"]}
+    assert list(rows) == ["default", "napkinxc", "napkinxc-l2"]
+    assert {(r["points"], r["held"]) for r in rows.values()} == {(300, 300)}
+    # 300 yeast rows learn for both (one thread: slide 0.7333, the tree 0.7133 and 0.7100 on L2 rows)
+    for variant, r in rows.items():
+        assert 0.65 <= r["P@1"] <= 0.85, (variant, r["P@1"])
+        assert r["train_seconds"] > 0
+    # napkinXC's tree differs from slide's network on these rows: not a copy of the default's row
+    assert rows["napkinxc"]["P@1"] != rows["default"]["P@1"]
+    printed = capsys.readouterr().out
+    assert "napkinxc: mean change" in printed and "napkinxc-l2: mean change" in printed
+
+
+def test_peer_arguments_say_what_is_wrong(capsys, monkeypatch):
+    draws = benchmark_module("draws")
+    monkeypatch.delenv("SLIDE_PECOS_PYTHON", raising=False)
+    with pytest.raises(SystemExit):
+        draws.main(["--sets", "medical", "--peers", "napkinxc,liblinear"])
+    assert "--peers liblinear: expected some of napkinxc, pecos" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        draws.main(["--sets", "medical", "--peers", "pecos"])
+    assert "--peers pecos needs --pecos-python" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unknown peer 'torch'"):
+        draws.peer_worker("torch", "/nonexistent", 1, 0)
