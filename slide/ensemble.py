@@ -46,7 +46,12 @@ standardize: as many networks again train on the rows without it (the same seeds
 splits), and the side with the higher summed best validation P@1 is merged
 (``history.standardize_choice``). On rows held out of the training files (3 draws of 1,000
 points) this gained 0.0120 P@1 on densercv (SVD components; standardization dropped), 0.0013 on
-yeast and nothing on scene (kept on every draw), at twice those sets' training time.
+yeast and nothing on scene (kept on every draw). The vote is taken on the searches: the networks
+pause when their refit is ready to start, and only the chosen side's refits run (about 1.8 times
+the training of one side where standardization is kept). With ``ensemble: auto`` it runs only
+where the first run's work is at most VOTE_MAX_WORK, so that the vote cannot take a run far past
+the minute the three networks were sized for; past that the networks keep standardization, as
+without the vote.
 
 A KeyboardInterrupt while the extra networks train keeps the first network as it was (trained,
 usable and saved as such by ``slide train``) and is re-raised; ``fit(epochs="auto")`` on that
@@ -80,6 +85,12 @@ AUTO_MAX_WORK = 7e11
 # it 14-60 s: yahoo-arts' and rcv1subset2's 23,146 and 47,236 tf-idf features touch most rows of
 # the first layer every batch).
 ADAM_ROW_COST = 50
+# ``ensemble: auto`` votes on standardization (train_and_merge) only when the first run's work is
+# at most this. A vote costs about 5.6 first runs (both sides' searches, one side's refits), so at
+# the slowest rate measured for run_work (29 s per 10^12) a run that votes stays near a minute
+# (65 s); the dense sets measured here (yeast, scene, densercv and their subsamples: 0.9-3.6e11,
+# 13-24 s per 10^12) all vote.
+VOTE_MAX_WORK = 4e11
 
 
 def requested(net, auto_epochs: bool) -> Optional[int]:
@@ -151,9 +162,11 @@ def votes_on_standardization(net) -> bool:
     return net.config.data.standardize == "auto" and net._standard is not None
 
 
-def _train_network(net, seed: int, train, valid, progress: bool, label: str, standardize=None):
+def _train_network(net, seed: int, train, valid, progress: bool, label: str, standardize=None,
+                   pause: bool = False):
     """One more network of ``net``'s configuration, trained with ``epochs: auto`` from seed ``seed``
-    (its own split, search and label term; its rate searched from the configured one)."""
+    (its own split, search and label term; its rate searched from the configured one). ``pause``:
+    it stops when its refit is ready to start (:func:`_finish` trains the refit)."""
     from .network import Network
 
     cfg = net.config.copy()
@@ -163,10 +176,31 @@ def _train_network(net, seed: int, train, valid, progress: bool, label: str, sta
     if standardize is not None:
         cfg.data.standardize = standardize
     member = Network(cfg)
+    member._pause_before_refit = pause
     t = time.perf_counter()
     member.fit(train, epochs="auto", valid=valid, progress=progress)
-    log.info("ensemble: %s (seed %d): best validation P@1 %.4f after %s epochs, %.1f s", label, seed,
-             member._best_score or float("nan"), member._best_epoch, time.perf_counter() - t)
+    log.info("ensemble: %s (seed %d): best validation P@1 %.4f after %s epochs, %.1f s%s", label, seed,
+             member._best_score or float("nan"), member._best_epoch, time.perf_counter() - t,
+             " (search; refit when chosen)" if pause and member._phase == "refit" else "")
+    return member
+
+
+def _finish(member, train, valid, progress: bool):
+    """Trains the refit of a network paused by :func:`_train_network`; its history then holds the
+    search's records and choices followed by the refit's, as one uninterrupted run's would."""
+    if not member._pause_before_refit:
+        return member
+    member._pause_before_refit = False
+    if member._phase != "refit":   # no refit (a validation set given): nothing paused
+        return member
+    searched = member.history
+    member.fit(train, epochs="auto", valid=valid, progress=progress)
+    refit = member.history
+    for key, value in searched.__dict__.items():
+        if key == "records":
+            refit.records = value + refit.records
+        elif not getattr(refit, key):   # lr_search, centroid_search, stopped_early: the search's
+            setattr(refit, key, value)
     return member
 
 
@@ -181,7 +215,8 @@ def _adopt(net, other, history) -> None:
     net.history = history
 
 
-def train_and_merge(net, count: int, train, valid, history, progress: bool = False) -> None:
+def train_and_merge(net, count: int, train, valid, history, progress: bool = False,
+                    work: Optional[float] = None) -> None:
     """Trains networks 2..count like ``net`` (which has finished its run) and merges them into
     ``net``; ``history.ensemble`` describes them.
 
@@ -189,17 +224,27 @@ def train_and_merge(net, count: int, train, valid, history, progress: bool = Fal
     (:func:`votes_on_standardization`), ``count`` networks more train on the rows without
     standardization (the same seeds, so the same validation splits) and the ``count`` networks of
     the side whose summed best validation P@1 is higher are merged (standardized on a tie);
-    ``history.standardize_choice`` keeps both sides' scores. The networks of the other side are
-    dropped, their training counted in the run's steps, samples and seconds."""
+    ``history.standardize_choice`` keeps both sides' scores. Every network but ``net`` pauses
+    when its refit is ready to start, and only the chosen side's refits are trained. The other
+    side's networks are dropped, their training counted in the run's steps, samples and seconds.
+    ``work`` (``ensemble: auto``: :func:`run_work` of ``net``'s run) above VOTE_MAX_WORK skips
+    the vote: standardization is kept."""
     base = net.config
     seed = int(base.training.seed)
+    vote = votes_on_standardization(net)
+    if vote and work is not None and work > VOTE_MAX_WORK:
+        log.info("ensemble: data.standardize auto: kept without a vote (the first run took %.1e "
+                 "multiply-adds; ensemble: auto votes up to %.1e)", work, VOTE_MAX_WORK)
+        vote = False
     log.info("ensemble: network 1 of %d done (seed %d); training %d more", count, seed, count - 1)
-    members = [_train_network(net, seed + SEED_STEP * i, train, valid, progress, f"network {i + 1} of {count}")
+    members = [_train_network(net, seed + SEED_STEP * i, train, valid, progress, f"network {i + 1} of {count}",
+                              pause=vote)
                for i in range(1, count)]
     spent = None
-    if votes_on_standardization(net):
+    if vote:
         raw = [_train_network(net, seed + SEED_STEP * i, train, valid, progress,
-                              f"network {i + 1} of {count} without standardization", standardize=False)
+                              f"network {i + 1} of {count} without standardization", standardize=False,
+                              pause=True)
                for i in range(count)]
         scores = {"standardized": [float(m._best_score or 0.0) for m in [net] + members],
                   "raw": [float(m._best_score or 0.0) for m in raw]}
@@ -207,13 +252,18 @@ def train_and_merge(net, count: int, train, valid, history, progress: bool = Fal
         log.info("ensemble: data.standardize auto: summed best validation P@1 %.4f standardized, %.4f "
                  "without: %s", sum(scores["standardized"]), sum(scores["raw"]),
                  "merging the networks without standardization" if chosen == "raw" else "keeping it")
-        # the other side's networks are freed before the merge; what their training cost stays
+        # the other side's networks are freed before the merge (their refits never trained); what
+        # their training cost stays
         if chosen == "raw":
             spent = _training([net] + members)   # net's before it becomes raw[0]
+            members = None
+            raw = [_finish(m, train, valid, progress) for m in raw]
             _adopt(net, raw[0], history)
             members = raw[1:]
         else:
             spent = _training(raw)
+            raw = None
+            members = [_finish(m, train, valid, progress) for m in members]
         del raw
         history.standardize_choice = dict(scores, chosen=chosen)
     info = [_summary(m) for m in [net] + members]

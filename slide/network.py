@@ -155,6 +155,8 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
         # centroid_weight auto: the choice (slide.centroids.Choice) at the search's best epoch
         self._best_choice: Optional[_centroids.Choice] = None
         self._keep_choice = False     # an lr_search child: leaves its choice to the parent
+        # an ensemble's network (slide.ensemble): fit returns when the refit is ready to start
+        self._pause_before_refit = False
         self._label_counts: Optional[np.ndarray] = None
         self._num_train_points = 0
         self._train_seconds = 0.0
@@ -494,7 +496,7 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
                         self._start_refit(data)
                     elif not self.stop_training or history.stopped_early:
                         self._phase = "done"
-                if self._phase == "refit":
+                if self._phase == "refit" and not self._pause_before_refit:
                     self._train_epochs(data.full, self._refit_epochs, None, data.test, history, cbs,
                                        tr.time_budget, replay=True)
                     if self.epoch >= self._refit_epochs or history.stopped_by_budget:
@@ -513,7 +515,9 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
             count = ensemble if ensemble is not None else _ensemble.auto_networks(self, data)
             if count > 1:
                 try:
-                    _ensemble.train_and_merge(self, count, train, valid, history, progress)
+                    # ensemble auto: the work of this run bounds what a vote on standardization may add
+                    work = None if ensemble is not None else _ensemble.run_work(self, data)
+                    _ensemble.train_and_merge(self, count, train, valid, history, progress, work=work)
                 except KeyboardInterrupt:
                     interrupted = True
                     history.interrupted = True

@@ -207,8 +207,9 @@ def test_dense_input_chooses_standardization_on_the_networks_validation(tmp_path
                                                                          noise_scale, chosen):
     """data.standardize auto on dense input, in an ensemble: as many networks again train on the
     rows without standardization (same seeds, same validation splits); the side with the higher
-    summed best validation P@1 is merged, its scores the mean of its networks trained alone, and
-    every network's batches count in the run."""
+    summed best validation P@1 is merged, its scores the mean of its networks trained alone. Only
+    the chosen side's refits train (and the first network's, done before the vote): the run counts
+    those and the other side's searches."""
     X, Y = _dense_problem(signal_scale, noise_scale)
     cfg = {"layers": [{"size": 32}, {"size": None}], "training": {"max_epochs": 12, "ensemble": 2}}
     net = slide.Network(cfg, threads=1)
@@ -225,7 +226,8 @@ def test_dense_input_chooses_standardization_on_the_networks_validation(tmp_path
         for seed in (0, 1000):
             m = slide.Network(cfg, threads=1, seed=seed, ensemble=1, standardize=std)
             m.fit((X, Y))
-            steps += m.total_steps
+            refit_trained = std == (chosen == "standardized") or (std and seed == 0)
+            steps += m.total_steps if refit_trained else m.total_steps - m.step   # the search's
             if std == (chosen == "standardized"):
                 alone.setdefault("scores", []).append(_scores(m, X))
                 assert m._best_score == pytest.approx(choice[chosen][seed // 1000])
@@ -236,6 +238,46 @@ def test_dense_input_chooses_standardization_on_the_networks_validation(tmp_path
     loaded = slide.Network.load(tmp_path / "m.npz")
     assert loaded.history.standardize_choice == choice and loaded.standardized == net.standardized
     assert (loaded.predict(X, k=3)[0] == net.predict(X, k=3)[0]).all()
+
+
+def test_a_paused_network_finishes_as_one_trained_straight():
+    """The vote's networks stop when their refit is ready to start; the refit trained later gives
+    the same network (one thread: the same bits) and one run's history, search records first."""
+    X, Y = _dense_problem(1.0, 0.001, n=300)
+    cfg = slide.Config.from_dict({"layers": [{"size": 16}, {"size": None}],
+                                  "training": {"max_epochs": 8, "ensemble": 1, "threads": 1}})
+    base = slide.Network(cfg)
+    straight = ensemble._train_network(base, 1000, (X, Y), None, False, "straight")
+    paused = ensemble._train_network(base, 1000, (X, Y), None, False, "paused", pause=True)
+    assert paused._phase == "refit" and paused.step == 0 and straight._phase == "done"
+    assert paused.total_steps == straight.total_steps - straight.step   # the search's batches
+    assert {r["phase"] for r in paused.history.records} == {"search"}
+    ensemble._finish(paused, (X, Y), None, False)
+    assert paused._phase == "done" and paused.total_steps == straight.total_steps
+    a, b = straight._core.parameters(), paused._core.parameters()
+    assert all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a)
+    drop = ("seconds", "samples_per_second")
+    assert ([{k: v for k, v in r.items() if k not in drop} for r in paused.history.records]
+            == [{k: v for k, v in r.items() if k not in drop} for r in straight.history.records])
+    for key in ("best_epoch", "best_score", "refit_epochs", "lr_search", "centroid_weight",
+                "centroid_search", "centroid_kind", "stopped_early"):
+        assert getattr(paused.history, key) == getattr(straight.history, key), key
+
+
+def test_auto_votes_only_where_both_sides_fit_the_work_of_three_networks(monkeypatch, caplog):
+    """ensemble auto: a first run above VOTE_MAX_WORK keeps standardization without a vote (three
+    networks, as before the vote), so that the vote cannot take a run past a minute."""
+    X, Y = _dense_problem(1.0, 0.001, n=300)
+    cfg = {"layers": [{"size": 16}, {"size": None}], "training": {"max_epochs": 4, "threads": 1}}
+    monkeypatch.setattr(ensemble, "VOTE_MAX_WORK", 1.0)
+    with caplog.at_level(logging.INFO, logger="slide"):
+        h = slide.Network(cfg).fit((X, Y))
+    assert h.standardize_choice == {} and len(h.ensemble) == 3
+    assert all(m["standardized"] for m in h.ensemble)
+    assert "kept without a vote" in caplog.text and "votes up to 1.0e+00" in caplog.text
+    monkeypatch.undo()
+    h = slide.Network(cfg).fit((X, Y))   # the same run within the limit votes
+    assert len(h.standardize_choice["raw"]) == 3
 
 
 def test_standardization_set_by_hand_is_not_chosen_again():
