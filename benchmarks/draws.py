@@ -44,7 +44,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -56,7 +55,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from suite import data_paths  # noqa: E402
+from suite import L2_SUFFIX, data_paths, run_json, xmc_model  # noqa: E402
 
 from slide.centroids import FULL_LABELS  # noqa: E402
 
@@ -145,26 +144,22 @@ def dense_net_rows(name: str, X, Y, a, b, draw: int, threads: int):
 
 
 def peer_worker(system: str, folder: str, threads: int, seed: int) -> dict:
-    """In a process of its own: trains ``system`` (``napkinxc`` or ``pecos``, ``-l2``: on the
+    """In a process of its own: trains ``system`` (``napkinxc`` or ``pecos``, with ``-l2``: on the
     L2-normalised rows alone) on ``folder``/train.npz's rows with the default input scaling,
     writes the top 5 labels of ``folder``/held.npz's rows to ``folder``/top.npy."""
     import scipy.sparse as sp
 
     import slide
 
-    raw = system.endswith("-l2")
-    base = system[:-3] if raw else system
+    raw = system.endswith(L2_SUFFIX)
+    base = system[:-len(L2_SUFFIX)] if raw else system
+    if base not in PEERS:
+        raise ValueError(f"unknown peer {system!r}; expected one of {', '.join(PEERS)}")
     cfg = slide.Config.from_dict({"training": {"threads": threads, "seed": seed},
                                   "data": {"standardize": False if raw else "auto"}})
-    if base == "napkinxc":
-        from slide.baselines.napkinxc_plt import NapkinPLT as Model
-    elif base == "pecos":
-        from slide.baselines.pecos_linear import PecosXLinear as Model
-    else:
-        raise ValueError(f"unknown peer {system!r}; expected one of {', '.join(PEERS)}")
     d = Path(folder)
     X, Y, H = (sp.load_npz(d / f).tocsr() for f in ("train.npz", "labels.npz", "held.npz"))
-    model = Model(cfg)
+    model = xmc_model(base, cfg)
     t = time.perf_counter()
     model.fit((X, Y))
     seconds = time.perf_counter() - t
@@ -180,7 +175,7 @@ def peer_rows(name: str, X, Y, a, b, draw: int, threads: int, peers, pecos_pytho
 
     from slide.scaling import wants_standardize
 
-    systems = list(peers) + ([p + "-l2" for p in peers] if wants_standardize("auto", X[a]) else [])
+    systems = list(peers) + ([p + L2_SUFFIX for p in peers] if wants_standardize("auto", X[a]) else [])
     rows = []
     with tempfile.TemporaryDirectory(prefix="slide-draw-") as folder:
         for f, M in (("train.npz", X[a]), ("labels.npz", Y[a]), ("held.npz", X[b])):
@@ -189,15 +184,9 @@ def peer_rows(name: str, X, Y, a, b, draw: int, threads: int, peers, pecos_pytho
             python = pecos_python if system.startswith("pecos") else sys.executable
             cmd = [python, str(Path(__file__).resolve()), "--peer-worker", system, folder,
                    "--threads", str(threads), "--seed", str(draw)]
-            # outside the checkout, so that the interpreter's installed slide is imported
-            p = subprocess.run(cmd, capture_output=True, text=True, cwd=tempfile.gettempdir(),
-                               env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
-            result = next((json.loads(line) for line in reversed(p.stdout.splitlines())
-                           if line.startswith("{")), None)
-            if p.returncode != 0 or result is None:
-                tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
-                raise SystemExit(f"--peers: {system} on {name} draw {draw} failed (exit {p.returncode}): "
-                                 f"{tail[0][:300]}")
+            result, code, tail = run_json(cmd, threads)
+            if code != 0 or result is None:
+                raise SystemExit(f"--peers: {system} on {name} draw {draw} failed (exit {code}): {tail[:300]}")
             top = np.load(os.path.join(folder, "top.npy"))
             rows.append({"set": name, "draw": draw, "points": len(a), "held": len(b), "variant": system,
                          **_scores(top, Y[b]), "train_seconds": result["train_seconds"]})

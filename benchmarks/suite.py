@@ -57,6 +57,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import derived  # noqa: E402  (benchmarks/derived.py)
@@ -89,6 +90,31 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def xmc_model(system: str, cfg):
+    """An untrained XMC library model of ``system`` (``napkinxc`` or ``pecos``) with ``cfg``'s
+    threads, seed and input scaling; None for another name."""
+    if system == "napkinxc":
+        from slide.baselines.napkinxc_plt import NapkinPLT
+
+        return NapkinPLT(cfg)
+    if system == "pecos":
+        from slide.baselines.pecos_linear import PecosXLinear
+
+        return PecosXLinear(cfg)
+    return None
+
+
+def run_json(cmd, threads: int, timeout: Optional[float] = None):
+    """Runs ``cmd`` (a worker that prints its result as a JSON line) outside the checkout, so that
+    the interpreter's installed slide is imported, not the source folder: (the last JSON line or
+    None, the return code, the last line of its error output). TimeoutExpired is raised."""
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tempfile.gettempdir(),
+                       env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    result = next((json.loads(line) for line in reversed(p.stdout.splitlines()) if line.startswith("{")), None)
+    tail = ((p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"])[0]
+    return result, p.returncode, tail
+
+
 def worker(system: str, name: str, threads: int, seed=None) -> dict:
     """Train and score one system on one set in this process; returns the result row."""
     import slide
@@ -107,15 +133,8 @@ def worker(system: str, name: str, threads: int, seed=None) -> dict:
     if system == "slide":
         model = slide.Network(cfg)
         train_call = model.fit
-    elif system == "napkinxc":
-        from slide.baselines.napkinxc_plt import NapkinPLT
-
-        model = NapkinPLT(cfg)
-        train_call = model.fit
-    elif system == "pecos":
-        from slide.baselines.pecos_linear import PecosXLinear
-
-        model = PecosXLinear(cfg)
+    elif system in ("napkinxc", "pecos"):
+        model = xmc_model(system, cfg)
         train_call = model.fit
     elif system == "torch":
         from slide.baselines.torch_dense import TorchDenseTrainer
@@ -159,18 +178,11 @@ def run_isolated(system: str, name: str, threads: int, python: str, timeout: flo
     cmd = [python, str(Path(__file__).resolve()), "--worker", system, name, "--threads", str(threads)]
     if seed is not None:
         cmd += ["--seed", str(seed)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     try:
-        # outside the checkout, so that an installed slide is imported, not the source folder
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
-                           cwd=tempfile.gettempdir())
+        result, code, tail = run_json(cmd, threads, timeout)
     except subprocess.TimeoutExpired:
         return {"set": name, "system": system, "error": f"timed out after {timeout:.0f} s"}
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
-    return {"set": name, "system": system, "error": f"exit {p.returncode}: {tail[0][:200]}"}
+    return result if result is not None else {"set": name, "system": system, "error": f"exit {code}: {tail[:200]}"}
 
 
 def _set_names(sets: str):

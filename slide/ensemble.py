@@ -135,12 +135,12 @@ def may_merge(net, X) -> bool:
     return n * (work_per_sample(net, X.nnz / n) + SAMPLE_OVERHEAD) <= AUTO_MAX_WORK
 
 
-def auto_networks(net, data) -> int:
-    """How many networks ``ensemble: auto`` trains, once the first one is done."""
+def auto_networks(net, work: float) -> int:
+    """How many networks ``ensemble: auto`` trains, once the first one is done (its run took
+    ``work``, :func:`run_work`)."""
     tr = net.config.training
     if net._comm is not None or tr.time_budget:
         return 1
-    work = run_work(net, data)
     if work > AUTO_MAX_WORK:
         log.info("ensemble: one network (its run took %.1e multiply-adds; ensemble: auto merges %d up to %.1e)",
                  work, AUTO_NETWORKS, AUTO_MAX_WORK)
@@ -186,14 +186,12 @@ def _train_network(net, seed: int, train, valid, progress: bool, label: str, sta
     return member
 
 
-def _finish(member, train, valid, progress: bool):
+def _finish(member, train, valid, progress: bool) -> None:
     """Trains the refit of a network paused by :func:`_train_network`; its history then holds the
     search's records and choices followed by the refit's, as one uninterrupted run's would."""
-    if not member._pause_before_refit:
-        return member
     member._pause_before_refit = False
     if member._phase != "refit":   # no refit (a validation set given): nothing paused
-        return member
+        return
     searched = member.history
     member.fit(train, epochs="auto", valid=valid, progress=progress)
     refit = member.history
@@ -202,7 +200,6 @@ def _finish(member, train, valid, progress: bool):
             refit.records = value + refit.records
         elif not getattr(refit, key):   # lr_search, centroid_search, stopped_early: the search's
             setattr(refit, key, value)
-    return member
 
 
 def _adopt(net, other, history) -> None:
@@ -257,15 +254,15 @@ def train_and_merge(net, count: int, train, valid, history, progress: bool = Fal
         # their training cost stays
         if chosen == "raw":
             spent = _training([net] + members)   # net's before it becomes raw[0]
-            members = None   # freed before the refits train
-            raw = [_finish(m, train, valid, progress) for m in raw]
-            _adopt(net, raw[0], history)
-            members = raw[1:]
+            members, raw = raw, None   # the standardized members are freed before the refits train
         else:
             spent = _training(raw)
             raw = None
-            members = [_finish(m, train, valid, progress) for m in members]
-        del raw
+        for m in members:
+            _finish(m, train, valid, progress)
+        if chosen == "raw":
+            _adopt(net, members[0], history)
+            members = members[1:]
         history.standardize_choice = dict(scores, chosen=chosen)
     info = [_summary(m) for m in [net] + members]
     merge(net, members)

@@ -512,11 +512,11 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
             if (not auto or self._phase == "done") and not self._keep_choice:
                 self._choose_centroid_weight(data, history)
         if not interrupted and auto and self._phase == "done" and ensemble != 1:
-            count = ensemble if ensemble is not None else _ensemble.auto_networks(self, data)
+            # ensemble auto: this run's work sets the count and bounds a vote on standardization
+            work = _ensemble.run_work(self, data) if ensemble is None else None
+            count = ensemble if ensemble is not None else _ensemble.auto_networks(self, work)
             if count > 1:
                 try:
-                    # ensemble auto: the work of this run bounds what a vote on standardization may add
-                    work = None if ensemble is not None else _ensemble.run_work(self, data)
                     _ensemble.train_and_merge(self, count, train, valid, history, progress, work=work)
                 except KeyboardInterrupt:
                     interrupted = True
