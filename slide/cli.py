@@ -257,7 +257,9 @@ def cmd_train(args) -> int:
     rss = (f"peak RSS {format_bytes(summary['peak_rss_bytes'])}" if ranks == 1 else
            f"peak RSS per rank {' '.join(format_bytes(b) for b in summary['peak_rss_bytes_per_rank'])} "
            f"({ranks} ranks)")
-    print(f"train {summary['train_seconds']:.1f}s  " + (f"{sps:.0f} samples/s  " if sps else "")
+    wall = summary.get("wall_seconds")
+    wall = f" ({wall:.1f}s with evaluations and checkpoints)" if wall else ""
+    print(f"train {summary['train_seconds']:.1f}s{wall}  " + (f"{sps:.0f} samples/s  " if sps else "")
           + f"{rss}  {kept}")
     print(f"saved {run.path}")
     return 0

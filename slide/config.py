@@ -166,7 +166,11 @@ class TrainingConfig:
                                              "max_epochs); evaluations every eval_every batches always score "
                                              "it, and the final evaluation is always of the whole test set",
                                      min=1, auto=True)
-    checkpoint_every: int = _f(1, "write a checkpoint every N epochs; 0 = only at the end", min=0)
+    checkpoint_every: Union[int, str] = _f("auto", "write a checkpoint every N epochs; 0 = only at the end (and "
+                                                   "after Ctrl-C); auto = at the end of the first epoch, then at "
+                                                   "the end of an epoch once 20 times what the last checkpoint "
+                                                   "took to write has passed since it (checkpoints cost at most "
+                                                   "about 5% of the run)", min=0, auto=True)
     checkpoint_minutes: float = _f(10.0, "also checkpoint when this many minutes passed; 0 = off", min=0.0)
     patience: int = _f(10, "early stopping: evaluations without a better validation P@1 (and at least "
                            "2 x optimizer.lr_decay_min_steps batches); 0 = off (used only when there is "

@@ -577,12 +577,18 @@ def resolve_model(path: PathLike) -> str:
 class RunRecorder(Callback):
     """Callback that writes metrics.jsonl and checkpoints while a network trains.
 
-    Checkpoints are written every ``training.checkpoint_every`` epochs, inside an
-    epoch whenever ``training.checkpoint_minutes`` passed since the last one, and
-    when training ends (also after Ctrl-C, so the run can be resumed). The network
-    stores its step, epoch and position inside the epoch, so any checkpoint resumes
-    exactly.
+    Checkpoints are written every ``training.checkpoint_every`` epochs (``auto``: at the
+    end of the first epoch, then at the end of an epoch once ``1 / CHECKPOINT_SHARE`` times
+    the last write's duration has passed since it), inside an epoch whenever
+    ``training.checkpoint_minutes`` passed since the last one, and when training ends (also
+    after Ctrl-C, so the run can be resumed). The network stores its step, epoch and
+    position inside the epoch, so any checkpoint resumes exactly.
     """
+
+    # checkpoint_every=auto: the most of a run's wall time that epoch-end checkpoints may take.
+    # A checkpoint holds the weights and the optimizer's moments (three times the model): on a
+    # 47K-feature input layer one write takes about as long as five epochs of training.
+    CHECKPOINT_SHARE = 0.05
 
     def __init__(self, run: RunDir, config: Config, *, seconds_offset: float = 0.0,
                  on_record: Optional[Callable[[Dict[str, Any]], None]] = None):
@@ -594,6 +600,7 @@ class RunRecorder(Callback):
         self.t0 = time.perf_counter()
         self.last_checkpoint = self.t0
         self.last_checkpoint_step = -1
+        self.last_write_seconds: Optional[float] = None   # the last checkpoint's write, this process
         self.checkpoints_written = 0
 
     def elapsed(self) -> float:
@@ -603,8 +610,10 @@ class RunRecorder(Callback):
         # collective under MPI: every rank writes its shard (the decision to get here is shared)
         if int(net.step) == self.last_checkpoint_step:
             return
+        started = time.perf_counter()
         self.run.checkpoints.save(net, {"wall_seconds": self.elapsed()})
         self.last_checkpoint = time.perf_counter()
+        self.last_write_seconds = self.last_checkpoint - started
         self.last_checkpoint_step = int(net.step)
         self.checkpoints_written += 1
 
@@ -626,7 +635,11 @@ class RunRecorder(Callback):
             self.on_record(record)
 
     def on_epoch_end(self, net, epoch):
-        if self.every_epochs > 0 and int(epoch) % self.every_epochs == 0:
+        if self.every_epochs == "auto":
+            if self.last_write_seconds is None or net._agreed(
+                    time.perf_counter() - self.last_checkpoint >= self.last_write_seconds / self.CHECKPOINT_SHARE):
+                self.checkpoint(net)
+        elif self.every_epochs > 0 and int(epoch) % self.every_epochs == 0:
             self.checkpoint(net)
 
     def on_train_end(self, net, history):

@@ -291,6 +291,77 @@ def test_resume_from_a_mid_epoch_checkpoint_is_exact(tmp_path, output_layer):
     assert [r["step"] for r in run.read_metrics()] == [39, 78, 117]
 
 
+def test_checkpoint_every_auto_bounds_the_time_spent_writing(tmp_path):
+    """The default checkpoint_every=auto writes at the end of the first epoch, then only once 20
+    times the last write's duration has passed: a write that costs as much as many epochs (a
+    47K-feature input layer and its optimizer moments) is not repeated at every epoch end."""
+    from slide.runs import RunRecorder
+
+    assert Config().training.checkpoint_every == "auto"
+
+    class Net:
+        step = 0
+
+        def _agreed(self, flag):
+            return bool(flag)
+
+    class Store:
+        def __init__(self):
+            self.steps = []
+
+        def save(self, net, state):
+            time.sleep(0.02)   # a write of at least 0.02 s: the next one waits at least 0.4 s
+            self.steps.append(net.step)
+
+    class Run:
+        checkpoints = Store()
+
+    rec = RunRecorder(Run(), Config.from_dict({"training": {"checkpoint_minutes": 0}}))
+    net = Net()
+    for epoch, pause in [(1, 0.0), (2, 0.0), (3, 0.0), (4, 1.0), (5, 0.0)]:
+        time.sleep(pause)
+        net.step = 10 * epoch
+        rec.on_epoch_end(net, epoch)
+    assert Run.checkpoints.steps == [10, 40]   # the first epoch, then after the pause
+    rec.on_train_end(net, None)                # the end always writes (the last epoch's state)
+    assert Run.checkpoints.steps == [10, 40, 50]
+
+
+def test_checkpoint_every_auto_run_resumes_from_its_checkpoint(tmp_path, monkeypatch):
+    """A real run under checkpoint_every=auto whose writes are slow (0.2 s each: at least 4 s
+    between epoch-end checkpoints) keeps the first epoch's and the final checkpoint only, and
+    a run stopped after its first checkpoint resumes to the uninterrupted run's result."""
+    from slide.callbacks import StopAfter
+    from slide.runs import CheckpointStore, RunDir, load_run_data, train_run
+
+    config = Config.from_yaml(write_config(tmp_path / "c.yaml", epochs=3, checkpoint_every="auto"))
+    data = load_run_data(config)
+    ref = train_run(config, RunDir.create(tmp_path / "ref", config), data=data)
+
+    written = []
+    save = CheckpointStore.save
+
+    def slow_save(self, net, state=None):
+        time.sleep(0.2)
+        written.append(int(net.step))
+        return save(self, net, state)
+
+    monkeypatch.setattr(CheckpointStore, "save", slow_save)
+    run = RunDir.create(tmp_path / "slow", config)
+    slow = train_run(config, run, data=data)
+    assert written == [39, 117]            # 39 batches an epoch: epoch 1, then the end
+    assert slow["P@1"] == ref["P@1"]       # checkpoints never change what is trained
+
+    written.clear()
+    cut = RunDir.create(tmp_path / "cut", config)
+    train_run(config, cut, callbacks=[StopAfter(60)], data=data)
+    assert written == [39, 60]             # epoch 1, then the interruption
+    resumed = train_run(config, cut, resume=True, data=data)
+    assert resumed["resumed_from_step"] == 60
+    for k in ("P@1", "P@3", "P@5"):
+        assert resumed[k] == ref[k], k
+
+
 # ---------------------------------------------------------------------- user errors
 
 def _bad_data(tmp_path):
