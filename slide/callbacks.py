@@ -99,30 +99,42 @@ class ProgressBar(Callback):
             print(line, file=file or sys.stdout, flush=True)
 
 
+# Checkpoints every "auto" epochs (training.checkpoint_every, Checkpoint): the most of a run's
+# wall time that epoch-end checkpoints may take. A checkpoint holds the weights and the
+# optimizer's moments (three times the model): on a 47K-feature input layer one write takes
+# about as long as five epochs of training (benchmarks/checkpoints.py).
+CHECKPOINT_SHARE = 0.05
+
+
 class Checkpoint(Callback):
     """Save the network (with its full resume state) during training.
 
-    Writes ``path`` atomically every ``every_epochs`` completed epochs (0 = only at the end) and,
+    Writes ``path`` atomically every ``every_epochs`` completed epochs (0 = only at the end;
+    ``"auto"``, as ``training.checkpoint_every: auto`` in ``slide train``: at the end of the first
+    epoch, then at the end of an epoch once 20 times the last save's duration has passed) and,
     when ``minutes`` > 0, after any batch once that much wall time passed since the last save.
     A checkpoint written mid-epoch resumes at the next batch: ``Network.load(path).fit(train)``
     continues exactly where the run stopped.
     """
 
-    def __init__(self, path: Union[str, os.PathLike], every_epochs: int = 1, minutes: float = 0.0):
-        if every_epochs < 0:
-            raise ValueError(f"Checkpoint: every_epochs must be >= 0, got {every_epochs}")
+    def __init__(self, path: Union[str, os.PathLike], every_epochs: Union[int, str] = 1, minutes: float = 0.0):
+        if every_epochs != "auto" and (isinstance(every_epochs, str) or every_epochs < 0):
+            raise ValueError(f"Checkpoint: every_epochs must be >= 0 or 'auto', got {every_epochs!r}")
         if minutes < 0:
             raise ValueError(f"Checkpoint: minutes must be >= 0, got {minutes}")
         self.path = os.fspath(path)
-        self.every_epochs = int(every_epochs)
+        self.every_epochs = every_epochs if every_epochs == "auto" else int(every_epochs)
         self.minutes = float(minutes)
         self._last = time.monotonic()
+        self._write_seconds: Optional[float] = None
         self.saved = 0
 
     def _save(self, net) -> None:
+        started = time.monotonic()
         net.save(self.path)
         self.saved += 1
         self._last = time.monotonic()
+        self._write_seconds = self._last - started
         log.info("checkpoint written: %s (epoch %d, step %d)", self.path, net.epoch, net.step)
 
     def on_train_begin(self, net) -> None:
@@ -133,7 +145,11 @@ class Checkpoint(Callback):
             self._save(net)
 
     def on_epoch_end(self, net, epoch: int) -> None:
-        if self.every_epochs and epoch % self.every_epochs == 0:
+        if self.every_epochs == "auto":
+            if (self._write_seconds is None
+                    or time.monotonic() - self._last >= self._write_seconds / CHECKPOINT_SHARE):
+                self._save(net)
+        elif self.every_epochs and epoch % self.every_epochs == 0:
             self._save(net)
 
     def on_train_end(self, net, history) -> None:

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from .callbacks import Callback
+from .callbacks import CHECKPOINT_SHARE, Callback
 from .config import Config
 from ._util import jsonable as _jsonable, peak_rss_bytes
 from ._io import atomic_path, atomic_write_text
@@ -578,17 +578,12 @@ class RunRecorder(Callback):
     """Callback that writes metrics.jsonl and checkpoints while a network trains.
 
     Checkpoints are written every ``training.checkpoint_every`` epochs (``auto``: at the
-    end of the first epoch, then at the end of an epoch once ``1 / CHECKPOINT_SHARE`` times
+    end of the first epoch, then at the end of an epoch once ``1 / callbacks.CHECKPOINT_SHARE`` times
     the last write's duration has passed since it), inside an epoch whenever
     ``training.checkpoint_minutes`` passed since the last one, and when training ends (also
     after Ctrl-C, so the run can be resumed). The network stores its step, epoch and
     position inside the epoch, so any checkpoint resumes exactly.
     """
-
-    # checkpoint_every=auto: the most of a run's wall time that epoch-end checkpoints may take.
-    # A checkpoint holds the weights and the optimizer's moments (three times the model): on a
-    # 47K-feature input layer one write takes about as long as five epochs of training.
-    CHECKPOINT_SHARE = 0.05
 
     def __init__(self, run: RunDir, config: Config, *, seconds_offset: float = 0.0,
                  on_record: Optional[Callable[[Dict[str, Any]], None]] = None):
@@ -637,7 +632,7 @@ class RunRecorder(Callback):
     def on_epoch_end(self, net, epoch):
         if self.every_epochs == "auto":
             if self.last_write_seconds is None or net._agreed(
-                    time.perf_counter() - self.last_checkpoint >= self.last_write_seconds / self.CHECKPOINT_SHARE):
+                    time.perf_counter() - self.last_checkpoint >= self.last_write_seconds / CHECKPOINT_SHARE):
                 self.checkpoint(net)
         elif self.every_epochs > 0 and int(epoch) % self.every_epochs == 0:
             self.checkpoint(net)

@@ -1,5 +1,6 @@
 """slide.Network: training loop, evaluation, prediction checks, persistence and resume."""
 import os
+import time
 import zipfile
 
 import numpy as np
@@ -625,6 +626,23 @@ def test_checkpoint_callback(data, tmp_path):
     cb = callbacks.Checkpoint(path, every_epochs=1)
     small(epochs=2).fit(train, callbacks=[cb])
     assert cb.saved == 3 and Network.load(path).epoch == 2
+
+
+def test_checkpoint_callback_auto_skips_epoch_ends_while_writing_is_costly(data, tmp_path, monkeypatch):
+    train, _ = data
+    path = tmp_path / "ck.npz"
+    save = Network.save
+
+    def slow_save(self, p):
+        time.sleep(0.2)   # 0.2 s a write: the next epoch-end save waits at least 4 s
+        save(self, p)
+
+    monkeypatch.setattr(Network, "save", slow_save)
+    cb = callbacks.Checkpoint(path, every_epochs="auto")
+    small(epochs=3).fit(train, callbacks=[cb])
+    assert cb.saved == 2 and Network.load(path).epoch == 3   # the first epoch's, then the end's
+    with pytest.raises(ValueError, match="every_epochs must be >= 0 or 'auto', got 'often'"):
+        callbacks.Checkpoint(path, every_epochs="often")
 
 
 def test_memory_estimate_and_check():
