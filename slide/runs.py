@@ -613,8 +613,10 @@ class RunRecorder(Callback):
         self.checkpoints_written += 1
 
     def on_train_begin(self, net):
-        self.t0 = time.perf_counter()
-        self.last_checkpoint = self.t0
+        # the clock (elapsed) keeps running from the recorder's creation, just before fit: fit's
+        # preparation (feature statistics, label vectors) counts in the network's training
+        # seconds, so it counts here too
+        self.last_checkpoint = time.perf_counter()
 
     def on_batch_end(self, net, step, loss):
         if self.every_seconds > 0 and net._agreed(time.perf_counter() - self.last_checkpoint >= self.every_seconds):

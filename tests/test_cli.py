@@ -76,6 +76,10 @@ def test_train_writes_the_documented_run_folder(trained):
     assert summary["P@1"] >= summary["P@3"] >= summary["P@5"]
     assert summary["peak_rss_bytes"] > 10 * 2**20
     assert summary["samples_per_second"] > 0 and summary["train_seconds"] > 0
+    # the seconds with evaluations and checkpoints hold the training seconds (fit's preparation
+    # included), and the last line gives both
+    assert summary["wall_seconds"] >= summary["train_seconds"]
+    assert re.search(r"^train \d+\.\ds \(\d+\.\ds with evaluations and checkpoints\)", r.stdout, re.M)
     # no validation data: nothing is restored, the model holds the last epoch
     assert summary["best_epoch"] is None and summary["kept_epoch"] == 2
 
