@@ -21,6 +21,8 @@ log = logging.getLogger("slide")
 # 4,000 labels and 3,000 test points, scoring every test row (with the label term) after each of
 # 149 epochs took 2.6 times the training time (89 s against 34 s).
 TEST_EVALS = 20
+# training.patience_samples stops a search no sooner than this many evaluations after its best.
+PATIENCE_MIN_EVALS = 3
 
 
 class _EpochLoop:
@@ -223,8 +225,14 @@ class _EpochLoop:
             self._evals_since_lr_change = 0
         # Patience counts evaluations, and at least two learning-rate decay periods of batches:
         # a small data set (a few batches an epoch) is not stopped before it had the steps to learn.
-        if (tr.patience and self._evals_since_best >= tr.patience
-                and self.step - self._best_step >= 2 * o.lr_decay_min_steps):
+        # On large data it also ends after patience_samples samples (and PATIENCE_MIN_EVALS
+        # evaluations): ten epochs of 50,000 points would wait half a million samples. Below
+        # 25,000 points an epoch, ten epochs come first (every shared set here).
+        waited = self.step - self._best_step
+        if (tr.patience and waited >= 2 * o.lr_decay_min_steps
+                and (self._evals_since_best >= tr.patience
+                     or (tr.patience_samples and self._evals_since_best >= min(tr.patience, PATIENCE_MIN_EVALS)
+                         and waited * tr.batch_size >= tr.patience_samples))):
             history.stopped_early = True
             self.stop_training = True
         return False

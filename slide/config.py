@@ -175,6 +175,10 @@ class TrainingConfig:
     patience: int = _f(10, "early stopping: evaluations without a better validation P@1 (and at least "
                            "2 x optimizer.lr_decay_min_steps batches); 0 = off (used only when there is "
                            "validation data)", min=0)
+    patience_samples: int = _f(250_000, "early stopping also once this many training samples passed without a "
+                                        "better validation P@1 (at least 3 evaluations): on large data an epoch "
+                                        "is many updates and its validation split (up to 5,000 points) is "
+                                        "steady; 0 = off", min=0)
     restore_best: bool = _f(True, "after training, restore the weights of the best validation evaluation")
     shared_negatives: Union[bool, str] = _f("auto", "hash-sampled output layer: score the negatives a batch's "
                                                      "samples share (the batch's labels and one uniform fill) as one "

@@ -523,6 +523,25 @@ def test_epochs_auto_searches_on_a_held_out_split_then_refits_on_all_of_train(da
     assert net.evaluate(test)["P@1"] == pytest.approx(refit[-1]["test/P@1"], abs=1e-12)
 
 
+def test_patience_samples_ends_a_search_that_waited_that_many_samples(data):
+    train, _ = data
+    # 15 batches of 32 an epoch, patience 10 evaluations, at least 20 batches after the best
+    # (2 x lr_decay_min_steps); patience_samples of 1,000 samples is 32 batches: then
+    # PATIENCE_MIN_EVALS (3) evaluations after the best, not 10
+    waits = {}
+    for cap in (1000, 0):
+        net = small(epochs="auto", max_epochs=80, patience=10, lr_decay_min_steps=10, ensemble=1,
+                    valid_fraction=0.2, refit=False)
+        net.config.training.patience_samples = cap
+        hist = net.fit(train)
+        scores = [r["valid/P@1"] for r in hist.records]
+        best = int(np.argmax(scores))
+        assert hist.stopped_early, cap
+        waits[cap] = len(scores) - (best + 1)
+    assert waits == {1000: 3, 0: 10}
+    assert slide.Config().training.patience_samples == 250_000
+
+
 def test_epochs_auto_without_refit_keeps_the_best_search_weights(data):
     train, _ = data
     net = small(epochs="auto", max_epochs=30, patience=3, refit=False, valid_fraction=0.25, ensemble=1)
