@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Tuple
 
 import yaml
 
@@ -29,21 +30,26 @@ from suite import ROOT, data_paths  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results" / "checkpoints.json"
 
 
+def train_command(cfg: Path, out: Path, setting: str) -> Tuple[float, dict]:
+    """Runs ``slide train CFG --set SETTING`` into ``out`` in a fresh process: (its wall
+    seconds, its summary.json); a failed run ends the benchmark with its last error line."""
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "slide", "train", str(cfg), "--quiet", "--out", str(out),
+                        "--set", setting], capture_output=True, text=True, cwd=cfg.parent)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"{cfg.name} ({setting}): slide train failed: "
+                         f"{(p.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return wall, json.loads((out / "summary.json").read_text())
+
+
 def run_once(name: str, policy: str, threads: int, work: Path) -> dict:
     train, test = data_paths(name)
     cfg = work / f"{name}.yaml"
     cfg.write_text(yaml.safe_dump({"data": {"train": train, "test": test},
                                    "training": {"threads": threads}}))
     out = work / f"{name}-{policy}"
-    t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "slide", "train", str(cfg), "--quiet", "--out", str(out),
-                        "--set", f"training.checkpoint_every={policy}"],
-                       capture_output=True, text=True, cwd=work)
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        raise SystemExit(f"{name} (checkpoint_every={policy}): slide train failed: "
-                         f"{(p.stderr.strip().splitlines() or ['no output'])[-1]}")
-    s = json.loads((out / "summary.json").read_text())
+    wall, s = train_command(cfg, out, f"training.checkpoint_every={policy}")
     ckpts = sorted((out / "checkpoints").glob("*.json"))
     size = json.loads(ckpts[-1].read_text())["model_bytes"] if ckpts else 0
     subprocess.run(["rm", "-rf", str(out)], check=True)   # a run folder of rcv1subset2 holds 1.3 GB

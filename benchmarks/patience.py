@@ -15,15 +15,15 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checkpoints import ROOT, train_command  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results" / "patience.json"
 
 
@@ -48,14 +48,7 @@ def main(argv=None) -> int:
                                        "training": {"threads": args.threads}}))
         for cap in args.caps.split(","):
             out = work / f"run-{cap}"
-            t0 = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "slide", "train", str(cfg), "--quiet", "--out", str(out),
-                                "--set", f"training.patience_samples={cap}"], capture_output=True, text=True, cwd=work)
-            wall = time.perf_counter() - t0
-            if p.returncode != 0:
-                raise SystemExit(f"patience_samples={cap}: slide train failed: "
-                                 f"{(p.stderr.strip().splitlines() or ['no output'])[-1]}")
-            s = json.loads((out / "summary.json").read_text())
+            wall, s = train_command(cfg, out, f"training.patience_samples={cap}")
             search = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
             search = [r for r in search if r.get("phase") == "search"]
             row = {"patience_samples": int(cap), "process_seconds": round(wall, 2),
