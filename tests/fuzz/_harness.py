@@ -33,8 +33,15 @@ class Finding(AssertionError):
 
 
 def scratch_dir() -> str:
-    """A per-process temporary folder for files the targets write (removed at exit)."""
+    """A per-process folder for files the targets write: under ``$SLIDE_FUZZ_SCRATCH`` when set
+    (run.py sets it inside its output folder: libFuzzer ends a target with C's ``exit``, which
+    skips Python's clean-up), else a temporary folder removed at a normal interpreter exit."""
     global _SCRATCH
+    root = os.environ.get("SLIDE_FUZZ_SCRATCH")
+    if root:
+        path = os.path.join(root, str(os.getpid()))
+        os.makedirs(path, exist_ok=True)
+        return path
     try:
         return _SCRATCH.name
     except NameError:

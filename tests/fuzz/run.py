@@ -55,7 +55,8 @@ def executions(output: str) -> int:
 def run_target(target: str, out_dir: str, *, seconds: float = 0, runs: int = 0, timeout: float = None):
     """Run one target; returns (returncode, executions, crash files, output)."""
     os.makedirs(out_dir, exist_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # the target's scratch files go inside out_dir: its process ends without Python's clean-up
+    env = dict(os.environ, PYTHONUNBUFFERED="1", SLIDE_FUZZ_SCRATCH=os.path.join(out_dir, "scratch"))
     r = subprocess.run(command(target, out_dir, seconds=seconds, runs=runs), capture_output=True, text=True,
                        env=env, timeout=timeout, cwd=out_dir)
     output = r.stdout + r.stderr
