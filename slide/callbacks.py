@@ -106,6 +106,16 @@ class ProgressBar(Callback):
 CHECKPOINT_SHARE = 0.05
 
 
+def epoch_checkpoint_due(every: Union[int, str], epoch: int, since_last: float,
+                         write_seconds: Optional[float]) -> bool:
+    """Whether the end of epoch ``epoch`` writes a checkpoint under ``every`` (N epochs, 0 = none,
+    or ``"auto"``: the first end of an epoch, then once ``1 / CHECKPOINT_SHARE`` times the last
+    write's ``write_seconds`` have passed; ``since_last``: seconds since that write ended)."""
+    if every == "auto":
+        return write_seconds is None or since_last >= write_seconds / CHECKPOINT_SHARE
+    return every > 0 and epoch % every == 0
+
+
 class Checkpoint(Callback):
     """Save the network (with its full resume state) during training.
 
@@ -145,11 +155,7 @@ class Checkpoint(Callback):
             self._save(net)
 
     def on_epoch_end(self, net, epoch: int) -> None:
-        if self.every_epochs == "auto":
-            if (self._write_seconds is None
-                    or time.monotonic() - self._last >= self._write_seconds / CHECKPOINT_SHARE):
-                self._save(net)
-        elif self.every_epochs and epoch % self.every_epochs == 0:
+        if epoch_checkpoint_due(self.every_epochs, epoch, time.monotonic() - self._last, self._write_seconds):
             self._save(net)
 
     def on_train_end(self, net, history) -> None:

@@ -257,8 +257,8 @@ def cmd_train(args) -> int:
     rss = (f"peak RSS {format_bytes(summary['peak_rss_bytes'])}" if ranks == 1 else
            f"peak RSS per rank {' '.join(format_bytes(b) for b in summary['peak_rss_bytes_per_rank'])} "
            f"({ranks} ranks)")
-    wall = summary.get("wall_seconds")
-    wall = f" ({wall:.1f}s with evaluations and checkpoints)" if wall else ""
+    wall = (f" ({summary['wall_seconds']:.1f}s with evaluations and checkpoints)"
+            if summary.get("wall_seconds") else "")
     print(f"train {summary['train_seconds']:.1f}s{wall}  " + (f"{sps:.0f} samples/s  " if sps else "")
           + f"{rss}  {kept}")
     print(f"saved {run.path}")

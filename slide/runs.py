@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from .callbacks import CHECKPOINT_SHARE, Callback
+from .callbacks import Callback, epoch_checkpoint_due
 from .config import Config
 from ._util import jsonable as _jsonable, peak_rss_bytes
 from ._io import atomic_path, atomic_write_text
@@ -578,8 +578,8 @@ class RunRecorder(Callback):
     """Callback that writes metrics.jsonl and checkpoints while a network trains.
 
     Checkpoints are written every ``training.checkpoint_every`` epochs (``auto``: at the
-    end of the first epoch, then at the end of an epoch once ``1 / callbacks.CHECKPOINT_SHARE`` times
-    the last write's duration has passed since it), inside an epoch whenever
+    end of the first epoch, then at the end of an epoch once 20 times the last
+    write's duration has passed since it: ``callbacks.epoch_checkpoint_due``), inside an epoch whenever
     ``training.checkpoint_minutes`` passed since the last one, and when training ends (also
     after Ctrl-C, so the run can be resumed). The network stores its step, epoch and
     position inside the epoch, so any checkpoint resumes exactly.
@@ -596,7 +596,6 @@ class RunRecorder(Callback):
         self.last_checkpoint = self.t0
         self.last_checkpoint_step = -1
         self.last_write_seconds: Optional[float] = None   # the last checkpoint's write, this process
-        self.checkpoints_written = 0
 
     def elapsed(self) -> float:
         return self.seconds_offset + (time.perf_counter() - self.t0)
@@ -610,7 +609,6 @@ class RunRecorder(Callback):
         self.last_checkpoint = time.perf_counter()
         self.last_write_seconds = self.last_checkpoint - started
         self.last_checkpoint_step = int(net.step)
-        self.checkpoints_written += 1
 
     def on_train_begin(self, net):
         # the clock (elapsed) keeps running from the recorder's creation, just before fit: fit's
@@ -632,11 +630,9 @@ class RunRecorder(Callback):
             self.on_record(record)
 
     def on_epoch_end(self, net, epoch):
-        if self.every_epochs == "auto":
-            if self.last_write_seconds is None or net._agreed(
-                    time.perf_counter() - self.last_checkpoint >= self.last_write_seconds / CHECKPOINT_SHARE):
-                self.checkpoint(net)
-        elif self.every_epochs > 0 and int(epoch) % self.every_epochs == 0:
+        # auto decides from wall time: rank 0's decision, for every rank
+        if net._agreed(epoch_checkpoint_due(self.every_epochs, int(epoch), time.perf_counter() - self.last_checkpoint,
+                                            self.last_write_seconds)):
             self.checkpoint(net)
 
     def on_train_end(self, net, history):
