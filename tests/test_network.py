@@ -118,6 +118,14 @@ def test_config_sources_and_override_errors(tmp_path):
 def test_sampling_auto_uses_a_cost_model():
     assert choose_sampling(Config(), 159) == ["dense", "dense"]
     assert choose_sampling(Config(), 670_000) == ["dense", "lsh"]
+    # from 10,000 labels the default lsh settings (at most 4,000 active) pay for the hashing
+    assert choose_sampling(Config(), 9_999) == ["dense", "dense"]
+    assert choose_sampling(Config(), 10_000) == ["dense", "lsh"]
+    assert choose_sampling(Config(), 20_000) == ["dense", "lsh"]
+    # ... but not where more than 40% of the layer would be active
+    wide = Config.from_dict({"layers": [{"size": 1024}, {"lsh": {"max_active": 5000}}]})
+    assert choose_sampling(wide, 10_000) == ["dense", "dense"]
+    assert choose_sampling(wide, 12_500) == ["dense", "lsh"]
     c = Config.from_dict({"layers": [{"size": 128}, {"activation": "softmax", "sampling": "auto",
                                                      "lsh": {"max_active": 0, "L": 400}}]})
     # 400 tables x 128 per bucket would activate most of a 100K layer: dense is cheaper

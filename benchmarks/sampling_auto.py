@@ -1,0 +1,97 @@
+"""Where ``sampling: auto`` switches the output layer to LSH: dense against hash-sampled, by label count.
+
+    python benchmarks/sampling_auto.py [--labels 5000,10000,20000] [--hidden 1024] [--epochs 3]
+        [--extra 10000:128,20000:128]
+
+For each label count, generates ``make_synthetic("synth-20k", num_labels=N)`` (50,000 features,
+50,000 training points, about 4 labels and 60 non-zeros a point, seed 0), holds out 10,000
+training points as the validation split (numpy seed 7) and trains the default configuration
+on the other 40,000 for ``--epochs`` epochs twice, each in a fresh process, one after the other:
+with ``layers.1.sampling: dense`` (what ``auto`` gives a dense output layer: per-label sigmoid)
+and with ``lsh`` (softmax over the hash-selected neurons, the default lsh settings). Validation
+P@1 after every epoch and the training seconds (evaluations not counted) are recorded; the
+test file is never read. ``--extra N:H`` adds the same pair with ``H`` hidden units on N labels.
+Prints a table and writes ``benchmarks/results/sampling_auto.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "sampling_auto.json"
+VALID, SPLIT_SEED = 10_000, 7
+
+
+def worker(data: str, sampling: str, hidden: int, epochs: int, threads: int) -> dict:
+    """Train one network on the fitting split of ``data``; its validation curve as a dict."""
+    import numpy as np
+
+    import slide
+
+    train = slide.load_dataset(os.path.join(data, "train.txt"))
+    idx = np.random.default_rng(SPLIT_SEED).permutation(train.num_points)
+    valid, fit = idx[:VALID], idx[VALID:]
+    X, Y = train.features, train.labels
+    net = slide.Network(None, hidden=hidden, sampling=sampling, threads=threads)
+    h = net.fit((X[fit], Y[fit]), epochs=epochs, valid=(X[valid], Y[valid]))
+    return {"sampling": net.resolved_sampling[-1], "activation": net.config.layers[-1].activation,
+            "hidden": hidden, "valid_P@1": [r["valid/P@1"] for r in h.records],
+            "train_seconds": [round(r["seconds"], 2) for r in h.records]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--labels", default="5000,10000,20000")
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--extra", default="10000:128,20000:128", help="N:H pairs run with H hidden units")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--worker", nargs=3, metavar=("DATA", "SAMPLING", "HIDDEN"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        data, sampling, hidden = args.worker
+        print(json.dumps(worker(data, sampling, int(hidden), args.epochs, args.threads)))
+        return 0
+    import slide
+
+    runs = [(int(n), args.hidden) for n in args.labels.split(",") if n]
+    runs += [tuple(int(v) for v in pair.split(":")) for pair in args.extra.split(",") if pair]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="slide-sampling-") as tmp:
+        for labels, hidden in runs:
+            data = os.path.join(tmp, f"labels-{labels}")
+            if not os.path.exists(data):
+                slide.datasets.write_synthetic("synth-20k", data, num_labels=labels)
+            for sampling in ("dense", "lsh"):
+                cmd = [sys.executable, __file__, "--worker", data, sampling, str(hidden),
+                       "--epochs", str(args.epochs), "--threads", str(args.threads)]
+                p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+                if p.returncode != 0:
+                    raise SystemExit(f"{labels} labels, {sampling}: {p.stderr.strip()[-2000:]}")
+                row = {"labels": labels, **json.loads(p.stdout.strip().splitlines()[-1])}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    print(f"\nvalidation P@1 after each of {args.epochs} epochs (training seconds at the end)\n")
+    print("| labels | hidden | output layer | validation P@1 by epoch | train s |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        curve = " / ".join(f"{p:.4f}" for p in r["valid_P@1"])
+        print(f"| {r['labels']:,} | {r['hidden']} | {r['activation']} ({r['sampling']}) | {curve} | "
+              f"{r['train_seconds'][-1]:.1f} |")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"machine": platform.processor() or platform.machine(),
+                                          "cpus": os.cpu_count(), "threads": args.threads,
+                                          "epochs": args.epochs, "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
