@@ -15,9 +15,9 @@ __all__ = ["choose_sampling", "resolve_output_activation", "AUTO_LSH_MIN_NEURONS
 # validation split of 10,000, 2 threads, 3 epochs, the default network of 1,024 hidden units):
 # validation P@1 and training seconds, dense sigmoid output (what auto gives a dense layer) against
 # LSH softmax with the default lsh settings (at most 4,000 active neurons):
-#    5,000 labels: dense 0.699 in 23 s, LSH 0.730 in 23 s
-#   10,000 labels: dense 0.647 in 47 s, LSH 0.712 in 28 s
-#   20,000 labels: dense 0.620 in 80 s, LSH 0.693 in 26 s
+#    5,000 labels: dense 0.699 in 30 s, LSH 0.730 in 24 s
+#   10,000 labels: dense 0.647 in 40 s, LSH 0.712 in 29 s
+#   20,000 labels: dense 0.620 in 84 s, LSH 0.693 in 25 s
 # With 128 hidden units a dense sigmoid layer of 10,000 or 20,000 labels did not learn at all in
 # those 3 epochs (0.143 and 0.119: the most frequent label); LSH reached 0.629 and 0.602.
 # 5,000 labels stay dense: 4,000 of them active is hardly sampling (that gain is softmax's on
