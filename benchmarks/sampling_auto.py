@@ -69,6 +69,16 @@ def whole(labels: int, points: int, sampling: str, threads: int) -> dict:
             "P@1": net.evaluate(test)["P@1"]}
 
 
+def run_worker(args: list, what: str, cwd: str) -> dict:
+    """Runs this script with ``args`` (a worker flag and its values) in a fresh process; its row."""
+    p = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, cwd=cwd)
+    if p.returncode != 0:
+        raise SystemExit(f"{what}: {p.stderr.strip()[-2000:]}")
+    row = json.loads(p.stdout.strip().splitlines()[-1])
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--labels", default="5000,10000,20000")
@@ -100,25 +110,15 @@ def main(argv=None) -> int:
             if not os.path.exists(data):
                 slide.datasets.write_synthetic("synth-20k", data, num_labels=labels)
             for sampling in ("dense", "lsh"):
-                cmd = [sys.executable, __file__, "--worker", data, sampling, str(hidden),
-                       "--epochs", str(args.epochs), "--threads", str(args.threads)]
-                p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
-                if p.returncode != 0:
-                    raise SystemExit(f"{labels} labels, {sampling}: {p.stderr.strip()[-2000:]}")
-                row = {"labels": labels, **json.loads(p.stdout.strip().splitlines()[-1])}
-                print(json.dumps(row), flush=True)
-                rows.append(row)
+                row = run_worker(["--worker", data, sampling, str(hidden), "--epochs", str(args.epochs),
+                                  "--threads", str(args.threads)], f"{labels} labels, {sampling}", tmp)
+                rows.append({"labels": labels, **row})
     whole_rows = []
     for pair in [p for p in args.whole.split(",") if p]:
         n, t = pair.split(":")
         for sampling in ("dense", "lsh"):
-            cmd = [sys.executable, __file__, "--whole-worker", n, t, sampling, "--threads", str(args.threads)]
-            p = subprocess.run(cmd, capture_output=True, text=True, cwd=tempfile.gettempdir())
-            if p.returncode != 0:
-                raise SystemExit(f"--whole {pair}, {sampling}: {p.stderr.strip()[-2000:]}")
-            row = json.loads(p.stdout.strip().splitlines()[-1])
-            print(json.dumps(row), flush=True)
-            whole_rows.append(row)
+            whole_rows.append(run_worker(["--whole-worker", n, t, sampling, "--threads", str(args.threads)],
+                                         f"--whole {pair}, {sampling}", tempfile.gettempdir()))
     print(f"\nvalidation P@1 after each of {args.epochs} epochs (training seconds at the end)\n")
     print("| labels | hidden | output layer | validation P@1 by epoch | train s |")
     print("|---|---|---|---|---|")
