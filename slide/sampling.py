@@ -10,19 +10,11 @@ __all__ = ["choose_sampling", "resolve_output_activation", "AUTO_LSH_MIN_NEURONS
            "AUTO_LSH_MAX_ACTIVE_FRACTION"]
 
 # sampling: auto -- below this many neurons a dense layer (trained as batched matrix products)
-# is the better choice, and above this fraction active hashing saves too little. Measured on
-# make_synthetic("synth-20k") with 5,000, 10,000 and 20,000 labels (40,000 training points, a
-# validation split of 10,000, 2 threads, 3 epochs, the default network of 1,024 hidden units):
-# validation P@1 and training seconds, dense sigmoid output (what auto gives a dense layer) against
-# LSH softmax with the default lsh settings (at most 4,000 active neurons):
-#    5,000 labels: dense 0.699 in 30 s, LSH 0.730 in 24 s
-#   10,000 labels: dense 0.647 in 40 s, LSH 0.712 in 29 s
-#   20,000 labels: dense 0.620 in 84 s, LSH 0.693 in 25 s
-# With 128 hidden units a dense sigmoid layer of 10,000 or 20,000 labels did not learn at all in
-# those 3 epochs (0.143 and 0.119: the most frequent label); LSH reached 0.629 and 0.602.
-# 5,000 labels stay dense: 4,000 of them active is hardly sampling (that gain is softmax's on
-# this generated data, not hashing's), and on the real 4,000-label text set of
-# benchmarks/README.md (words4k) the dense sigmoid layer is above both XMC libraries.
+# is the better choice, and above this fraction active hashing saves too little. Chosen on
+# validation splits of generated sets with 5,000-20,000 labels (benchmarks/sampling_auto.py, its
+# table in benchmarks/README.md): with the default 1,024 hidden units the dense sigmoid layer
+# took 1.4x and 3.3x LSH's seconds at 10,000 and 20,000 labels for 0.065 and 0.072 less P@1, and
+# with 128 hidden units it did not learn; 5,000 labels stay dense (4,000 active is hardly sampling).
 AUTO_LSH_MIN_NEURONS = 10_000
 
 AUTO_LSH_MAX_ACTIVE_FRACTION = 0.4
