@@ -61,17 +61,27 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
                                     SoftmaxStats* stats) const {
   // The output matrix is far larger than the caches, so a per-sample pass over it is bound
   // by memory bandwidth: a block of samples shares each pass (every row is read once per
-  // block), with an online softmax normaliser and top-k per sample.
-  constexpr int64_t kBlock = 16;
+  // block), with an online softmax normaliser and top-k per sample. Blocks of up to 64 samples
+  // (at least 16; fewer than 64 when that would leave a thread without a block), two rows at a
+  // time: against blocks of 16 and one row at a time, 1.6x the points/s on 20,000 rows of 1,024
+  // and 1.15x on 670,091 rows of 128 (2 threads). A block size that is a multiple of 4 keeps
+  // every score the same bits (Kernels::dot_multi takes 4 vectors at a time).
+  constexpr int64_t kMaxBlock = 64;
   constexpr int64_t kRowChunk = 1024;
+  // A sample's scores of a chunk lie this far apart in Z: 4 KiB apart, the scores of one row
+  // for a block of samples would share a set of the L1 cache.
+  constexpr int64_t kZStride = kRowChunk + 16;
   const Kernels& kr = kernels();
   const int nl = static_cast<int>(layers_.size());
   const Layer& out = layers_.back();
   const int64_t len = out.row_len, N = out.out_dim;
+  const int64_t hld = len + 16;  // and the block's hidden vectors in H
   const float* W = out.weight.data();
   const float* bias = out.bias.data();
   const bool sigmoid = out.spec.activation == Activation::Sigmoid;
-  const int64_t blocks = (x.n + kBlock - 1) / kBlock;
+  const int64_t per_thread = (x.n + std::max(1, threads_) - 1) / std::max(1, threads_);
+  const int64_t block = std::clamp<int64_t>((per_thread + 3) / 4 * 4, 16, kMaxBlock);
+  const int64_t blocks = (x.n + block - 1) / block;
   const int nt = static_cast<int>(std::min<int64_t>(threads_, blocks));  // a block is one thread's work
   InterruptPoller poller;
   ExceptionCatcher catcher;
@@ -79,36 +89,48 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
   {
     std::unique_ptr<SampleWorkspace> wsp;
     std::vector<float> H, Z, wide;  // wide: a bf16 row widened to float32
-    std::vector<std::vector<Scored>> heaps(kBlock);
+    std::vector<std::vector<Scored>> heaps(block);
     catcher.run([&] {
       wsp = make_workspace(layers_, false, false);
-      H.resize(kBlock * len);
-      Z.resize(kBlock * kRowChunk);
+      H.resize(block * hld);
+      Z.resize(block * kZStride);
       if (out.bf16) wide.resize(len);
     });
 #pragma omp for schedule(dynamic, 1)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       if (catcher.failed() || poller.should_stop()) continue;
       catcher.run([&] {
-        const int64_t s0 = blk * kBlock, ns = std::min(kBlock, x.n - s0);
+        const int64_t s0 = blk * block, ns = std::min(block, x.n - s0);
         for (int64_t s = 0; s < ns; ++s) {
           const int64_t i = s0 + s, a = x.indptr[i];
           Rng rng(0);  // unused: no sampling and no dropout here
           forward_hidden(layers_, *wsp, kr, SparseRow{x.indices + a, x.values + a, x.indptr[i + 1] - a}, false, 0.0f,
                          rng, nullptr);
-          std::copy(wsp->out[nl - 2].begin(), wsp->out[nl - 2].end(), H.begin() + s * len);
+          std::copy(wsp->out[nl - 2].begin(), wsp->out[nl - 2].end(), H.begin() + s * hld);
           heaps[s].clear();
         }
-        float mx[kBlock];
-        double sum[kBlock];
+        float mx[kMaxBlock];
+        double sum[kMaxBlock];
         for (int64_t s = 0; s < ns; ++s) {
           mx[s] = -INFINITY;
           sum[s] = 0.0;
         }
         for (int64_t c = 0; c < N; c += kRowChunk) {
           const int64_t cl = std::min(kRowChunk, N - c);
-          float d[kBlock];
-          for (int64_t r = 0; r < cl; ++r) {
+          float d[kMaxBlock], e[kMaxBlock];
+          for (int64_t r = 0; r < cl;) {
+            if (!out.bf16 && r + 1 < cl) {
+              // Two rows at a time: each vector of the block is loaded once for both.
+              const float* w = W + (c + r) * len;
+              if (r + 5 < cl) prefetch_row(w + 4 * len, 2 * len);
+              kr.dot_multi2(w, w + len, H.data(), hld, ns, len, d, e);
+              for (int64_t s = 0; s < ns; ++s) {
+                Z[s * kZStride + r] = d[s] + bias[c + r];
+                Z[s * kZStride + r + 1] = e[s] + bias[c + r + 1];
+              }
+              r += 2;
+              continue;
+            }
             const float* w;
             if (out.bf16) {
               // Exact scores of the stored bf16 weights: the row widened, the inputs in float32.
@@ -117,13 +139,13 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
               w = wide.data();
             } else {
               w = W + (c + r) * len;
-              if (r + 4 < cl) prefetch_row(w + 4 * len, len);
             }
-            kr.dot_multi(w, H.data(), len, ns, len, d);
-            for (int64_t s = 0; s < ns; ++s) Z[s * kRowChunk + r] = d[s] + bias[c + r];
+            kr.dot_multi(w, H.data(), hld, ns, len, d);
+            for (int64_t s = 0; s < ns; ++s) Z[s * kZStride + r] = d[s] + bias[c + r];
+            ++r;
           }
           for (int64_t s = 0; s < ns; ++s) {
-            const float* z = Z.data() + s * kRowChunk;
+            const float* z = Z.data() + s * kZStride;
             float cm = mx[s];
             for (int64_t r = 0; r < cl; ++r) cm = std::max(cm, z[r]);
             if (cm > mx[s]) {

@@ -41,6 +41,12 @@ void dot_multi_generic(const float* w, const float* H, int64_t ldh, int64_t ns, 
   for (int64_t s = 0; s < ns; ++s) out[s] = dot_generic(w, H + s * ldh, n);
 }
 
+void dot_multi2_generic(const float* w0, const float* w1, const float* H, int64_t ldh, int64_t ns, int64_t n,
+                        float* out0, float* out1) {
+  dot_multi_generic(w0, H, ldh, ns, n, out0);
+  dot_multi_generic(w1, H, ldh, ns, n, out1);
+}
+
 double exp_sum_generic(const float* z, int64_t n, float m) {
   double acc = 0.0;
   for (int64_t i = 0; i < n; ++i) acc += std::exp(z[i] - m);
@@ -156,6 +162,52 @@ __attribute__((target("avx2,fma"))) void dot_multi_avx2(const float* w, const fl
     }
   }
   for (; s < ns; ++s) out[s] = dot_avx2(w, H + s * ldh, n);
+}
+
+// Four sums of eight lanes each reduced as dot_multi_avx2 reduces them (the same bits).
+__attribute__((target("avx2,fma"))) inline void store_sums4_avx2(__m256 a0, __m256 a1, __m256 a2, __m256 a3,
+                                                                  float* out) {
+  const __m256 t01 = _mm256_hadd_ps(a0, a1), t23 = _mm256_hadd_ps(a2, a3);
+  const __m256 t = _mm256_hadd_ps(t01, t23);
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+}
+
+__attribute__((target("avx2,fma"))) void dot_multi2_avx2(const float* w0, const float* w1, const float* H,
+                                                         int64_t ldh, int64_t ns, int64_t n, float* out0,
+                                                         float* out1) {
+  // Each of the eight accumulators sums one (row, vector) pair in dot_multi_avx2's order.
+  int64_t s = 0;
+  if (n % 8 == 0) {
+    for (; s + 4 <= ns; s += 4) {
+      const float* h0 = H + s * ldh;
+      const float* h1 = h0 + ldh;
+      const float* h2 = h1 + ldh;
+      const float* h3 = h2 + ldh;
+      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+      __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+      for (int64_t i = 0; i < n; i += 8) {
+        const __m256 u = _mm256_loadu_ps(w0 + i), v = _mm256_loadu_ps(w1 + i);
+        __m256 h = _mm256_loadu_ps(h0 + i);
+        a0 = _mm256_fmadd_ps(u, h, a0);
+        b0 = _mm256_fmadd_ps(v, h, b0);
+        h = _mm256_loadu_ps(h1 + i);
+        a1 = _mm256_fmadd_ps(u, h, a1);
+        b1 = _mm256_fmadd_ps(v, h, b1);
+        h = _mm256_loadu_ps(h2 + i);
+        a2 = _mm256_fmadd_ps(u, h, a2);
+        b2 = _mm256_fmadd_ps(v, h, b2);
+        h = _mm256_loadu_ps(h3 + i);
+        a3 = _mm256_fmadd_ps(u, h, a3);
+        b3 = _mm256_fmadd_ps(v, h, b3);
+      }
+      store_sums4_avx2(a0, a1, a2, a3, out0 + s);
+      store_sums4_avx2(b0, b1, b2, b3, out1 + s);
+    }
+  }
+  for (; s < ns; ++s) {
+    out0[s] = dot_avx2(w0, H + s * ldh, n);
+    out1[s] = dot_avx2(w1, H + s * ldh, n);
+  }
 }
 
 // exp(x) for x <= 0: x = k ln2 + r with |r| <= ln2/2, e^r by a degree-6 Taylor polynomial,
@@ -541,23 +593,23 @@ __attribute__((target("avx512f"))) void matmul_bt_avx512(const float* A, int64_t
 #pragma GCC diagnostic pop
 #endif
 
-const Kernels kGeneric{&dot_generic,     &axpy_generic,      &backprop_generic, &dot_multi_generic,
+const Kernels kGeneric{&dot_generic,     &axpy_generic,      &backprop_generic, &dot_multi_generic, &dot_multi2_generic,
                        &exp_sum_generic, &exp_store_generic, &adam_generic,     &matmul_generic,
                        &matmul_bt_generic, "generic",
                        &dot_bf16_generic, &axpy_bf16_generic, &adam_bf16_generic, &to_bf16_generic,
                        &from_bf16_generic, "generic"};
 #ifdef SLIDE_X86
-const Kernels kAvx2{&dot_avx2,       &axpy_avx2, &backprop_avx2, &dot_multi_avx2, &exp_sum_avx2,
+const Kernels kAvx2{&dot_avx2,       &axpy_avx2, &backprop_avx2, &dot_multi_avx2, &dot_multi2_avx2, &exp_sum_avx2,
                     &exp_store_avx2, &adam_avx2, &matmul_avx2,   &matmul_bt_avx2, "avx2",
                     &dot_bf16_avx2,  &axpy_bf16_avx2, &adam_bf16_avx2, &to_bf16_avx2,
                     &from_bf16_avx2, "avx2"};
 // AVX-512 CPUs also run the AVX2 multi-dot and exp kernels (not the bottleneck there).
-const Kernels kAvx512{&dot_avx512,     &axpy_avx512, &backprop_avx512, &dot_multi_avx2,   &exp_sum_avx2,
+const Kernels kAvx512{&dot_avx512,     &axpy_avx512, &backprop_avx512, &dot_multi_avx2, &dot_multi2_avx2, &exp_sum_avx2,
                       &exp_store_avx2, &adam_avx512, &matmul_avx512,   &matmul_bt_avx512, "avx512",
                       &dot_bf16_avx2,  &axpy_bf16_avx2, &adam_bf16_avx2, &to_bf16_avx2,
                       &from_bf16_avx2, "avx2"};
 // The same with the AVX512_BF16 instructions for bf16 layers.
-const Kernels kAvx512Bf16{&dot_avx512,     &axpy_avx512, &backprop_avx512, &dot_multi_avx2,   &exp_sum_avx2,
+const Kernels kAvx512Bf16{&dot_avx512,     &axpy_avx512, &backprop_avx512, &dot_multi_avx2, &dot_multi2_avx2, &exp_sum_avx2,
                           &exp_store_avx2, &adam_avx512, &matmul_avx512,   &matmul_bt_avx512, "avx512",
                           &dot_bf16_avx512bf16, &axpy_bf16_avx512bf16, &adam_bf16_avx512bf16,
                           &to_bf16_avx512bf16, &from_bf16_avx512bf16, "avx512_bf16"};
