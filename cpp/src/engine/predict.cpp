@@ -63,9 +63,10 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
   // by memory bandwidth: a block of samples shares each pass (every row is read once per
   // block), with an online softmax normaliser and top-k per sample. Blocks of up to 64 samples
   // (at least 16; fewer than 64 when that would leave a thread without a block), two rows at a
-  // time: against blocks of 16 and one row at a time, 1.6x the points/s on 20,000 rows of 1,024
-  // and 1.15x on 670,091 rows of 128 (2 threads). A block size that is a multiple of 4 keeps
-  // every score the same bits (Kernels::dot_multi takes 4 vectors at a time).
+  // time: against blocks of 16 and one row at a time, 1.4-1.5x the points/s on 20,000 rows of
+  // 1,024 and 1.05-1.08x on 670,091 rows of 128 (2 threads; benchmarks/exact_scoring.py). A
+  // block size that is a multiple of 4 keeps every score the same bits (Kernels::dot_multi
+  // takes 4 vectors at a time).
   constexpr int64_t kMaxBlock = 64;
   constexpr int64_t kRowChunk = 1024;
   // A sample's scores of a chunk lie this far apart in Z: 4 KiB apart, the scores of one row
