@@ -9,6 +9,7 @@
 #include "slide/cpu.hpp"
 #include "slide/random.hpp"
 #include "slide/simd.hpp"
+#include "kernel_sets.hpp"
 
 using namespace slide;
 
@@ -26,15 +27,9 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 }  // namespace
 
 TEST_CASE("dot_multi2 gives each row the bits dot_multi gives it, whatever the vector count") {
-  const CpuFeatures& cpu = cpu_features();
-  for (const char* isa : {"generic", "avx2", "avx512"}) {
-    CpuFeatures f;
-    try {
-      f = cap_features(cpu, isa, true);
-    } catch (const std::exception&) {
-      continue;  // this CPU lacks the set
-    }
-    const Kernels& kr = kernels_for(f);
+  for (const auto& set : runnable_kernel_sets()) {
+    const char* isa = set.first;
+    const Kernels& kr = *set.second;
     for (int64_t n : {1, 8, 13, 64, 1024}) {      // 13: no 8-lane path; the rest: the vector path
       const int64_t ldh = n + 3;                   // rows of H apart by more than their length
       for (int64_t ns : {1, 3, 4, 7, 16, 64}) {    // whole groups of four and remainders

@@ -136,78 +136,54 @@ __attribute__((target("avx2,fma"))) void backprop_avx2(float d, const float* h, 
   }
 }
 
-// Four vectors at a time share each load of w.
-__attribute__((target("avx2,fma"))) void dot_multi_avx2(const float* w, const float* H, int64_t ldh, int64_t ns,
-                                                        int64_t n, float* out) {
+// R rows against four vectors at a time: each load of a row serves four vectors and each load
+// of a vector serves the R rows. Every (row, vector) pair has one accumulator of eight lanes,
+// summed in the same order and reduced the same way whatever R is, so dot_multi2 gives the
+// bits of dot_multi.
+template <int R>
+__attribute__((target("avx2,fma"))) inline void dot_multi_rows_avx2(const float* const* w, const float* H,
+                                                                    int64_t ldh, int64_t ns, int64_t n,
+                                                                    float* const* out) {
   int64_t s = 0;
   if (n % 8 == 0) {
     for (; s + 4 <= ns; s += 4) {
-      const float* h0 = H + s * ldh;
-      const float* h1 = h0 + ldh;
-      const float* h2 = h1 + ldh;
-      const float* h3 = h2 + ldh;
-      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+      const float* h = H + s * ldh;
+      __m256 acc[R][4];
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_ps();
       for (int64_t i = 0; i < n; i += 8) {
-        const __m256 wv = _mm256_loadu_ps(w + i);
-        a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(h0 + i), a0);
-        a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(h1 + i), a1);
-        a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(h2 + i), a2);
-        a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(h3 + i), a3);
+        __m256 u[R];
+        for (int r = 0; r < R; ++r) u[r] = _mm256_loadu_ps(w[r] + i);
+        for (int j = 0; j < 4; ++j) {
+          const __m256 v = _mm256_loadu_ps(h + j * ldh + i);
+          for (int r = 0; r < R; ++r) acc[r][j] = _mm256_fmadd_ps(u[r], v, acc[r][j]);
+        }
       }
-      // Reduce the four accumulators together: two hadds leave the four sums in one vector.
-      const __m256 t01 = _mm256_hadd_ps(a0, a1), t23 = _mm256_hadd_ps(a2, a3);
-      const __m256 t = _mm256_hadd_ps(t01, t23);
-      const __m128 r = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-      _mm_storeu_ps(out + s, r);
+      // Reduce the four accumulators of a row together: two hadds leave the four sums in one vector.
+      for (int r = 0; r < R; ++r) {
+        const __m256 t01 = _mm256_hadd_ps(acc[r][0], acc[r][1]), t23 = _mm256_hadd_ps(acc[r][2], acc[r][3]);
+        const __m256 t = _mm256_hadd_ps(t01, t23);
+        _mm_storeu_ps(out[r] + s, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+      }
     }
   }
-  for (; s < ns; ++s) out[s] = dot_avx2(w, H + s * ldh, n);
+  for (; s < ns; ++s)
+    for (int r = 0; r < R; ++r) out[r][s] = dot_avx2(w[r], H + s * ldh, n);
 }
 
-// Four sums of eight lanes each reduced as dot_multi_avx2 reduces them (the same bits).
-__attribute__((target("avx2,fma"))) inline void store_sums4_avx2(__m256 a0, __m256 a1, __m256 a2, __m256 a3,
-                                                                  float* out) {
-  const __m256 t01 = _mm256_hadd_ps(a0, a1), t23 = _mm256_hadd_ps(a2, a3);
-  const __m256 t = _mm256_hadd_ps(t01, t23);
-  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+__attribute__((target("avx2,fma"))) void dot_multi_avx2(const float* w, const float* H, int64_t ldh, int64_t ns,
+                                                        int64_t n, float* out) {
+  const float* rows[1] = {w};
+  float* outs[1] = {out};
+  dot_multi_rows_avx2<1>(rows, H, ldh, ns, n, outs);
 }
 
 __attribute__((target("avx2,fma"))) void dot_multi2_avx2(const float* w0, const float* w1, const float* H,
                                                          int64_t ldh, int64_t ns, int64_t n, float* out0,
                                                          float* out1) {
-  // Each of the eight accumulators sums one (row, vector) pair in dot_multi_avx2's order.
-  int64_t s = 0;
-  if (n % 8 == 0) {
-    for (; s + 4 <= ns; s += 4) {
-      const float* h0 = H + s * ldh;
-      const float* h1 = h0 + ldh;
-      const float* h2 = h1 + ldh;
-      const float* h3 = h2 + ldh;
-      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-      __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
-      for (int64_t i = 0; i < n; i += 8) {
-        const __m256 u = _mm256_loadu_ps(w0 + i), v = _mm256_loadu_ps(w1 + i);
-        __m256 h = _mm256_loadu_ps(h0 + i);
-        a0 = _mm256_fmadd_ps(u, h, a0);
-        b0 = _mm256_fmadd_ps(v, h, b0);
-        h = _mm256_loadu_ps(h1 + i);
-        a1 = _mm256_fmadd_ps(u, h, a1);
-        b1 = _mm256_fmadd_ps(v, h, b1);
-        h = _mm256_loadu_ps(h2 + i);
-        a2 = _mm256_fmadd_ps(u, h, a2);
-        b2 = _mm256_fmadd_ps(v, h, b2);
-        h = _mm256_loadu_ps(h3 + i);
-        a3 = _mm256_fmadd_ps(u, h, a3);
-        b3 = _mm256_fmadd_ps(v, h, b3);
-      }
-      store_sums4_avx2(a0, a1, a2, a3, out0 + s);
-      store_sums4_avx2(b0, b1, b2, b3, out1 + s);
-    }
-  }
-  for (; s < ns; ++s) {
-    out0[s] = dot_avx2(w0, H + s * ldh, n);
-    out1[s] = dot_avx2(w1, H + s * ldh, n);
-  }
+  const float* rows[2] = {w0, w1};
+  float* outs[2] = {out0, out1};
+  dot_multi_rows_avx2<2>(rows, H, ldh, ns, n, outs);
 }
 
 // exp(x) for x <= 0: x = k ln2 + r with |r| <= ln2/2, e^r by a degree-6 Taylor polynomial,
