@@ -69,14 +69,14 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
   // takes 4 vectors at a time).
   constexpr int64_t kMaxBlock = 64;
   constexpr int64_t kRowChunk = 1024;
-  // A sample's scores of a chunk lie this far apart in Z: 4 KiB apart, the scores of one row
-  // for a block of samples would share a set of the L1 cache.
+  // Z holds a chunk's scores sample after sample, kZStride floats apart: at exactly 4 KiB the
+  // scores of one row for the samples of a block would all share one set of the L1 cache.
   constexpr int64_t kZStride = kRowChunk + 16;
   const Kernels& kr = kernels();
   const int nl = static_cast<int>(layers_.size());
   const Layer& out = layers_.back();
   const int64_t len = out.row_len, N = out.out_dim;
-  const int64_t hld = len + 16;  // and the block's hidden vectors in H
+  const int64_t hld = len + 16;  // H holds the block's hidden vectors hld floats apart, likewise
   const float* W = out.weight.data();
   const float* bias = out.bias.data();
   const bool sigmoid = out.spec.activation == Activation::Sigmoid;
