@@ -139,12 +139,14 @@ def test_multilabel_and_unlabeled_samples():
 
 # 16 dense: matrix products over blocks of samples; 16 lsh: one sample at a time; 5000: blocked
 # wide-layer path. 300 samples: more than one block of 128 (and of the wide path's 64); 7 and
-# 301: blocks whose samples are not a multiple of the 4 that the wide path's kernels take at once.
-@pytest.mark.parametrize("C, sampling, n", [(16, "dense", 300), (16, "lsh", 300), (5000, "dense", 300),
-                                            (5000, "dense", 7), (5000, "dense", 301)])
-def test_predict_exact_matches_numpy_forward(C, sampling, n):
+# 301: blocks whose samples are not a multiple of the 4 that the wide path's kernels take at once;
+# 30 hidden units: rows that are not a multiple of the 8 floats its vector kernels take.
+@pytest.mark.parametrize("C, sampling, n, hidden", [(16, "dense", 300, 32), (16, "lsh", 300, 32),
+                                                    (5000, "dense", 300, 32), (5000, "dense", 7, 32),
+                                                    (5000, "dense", 301, 32), (5000, "dense", 301, 30)])
+def test_predict_exact_matches_numpy_forward(C, sampling, n, hidden):
     x, lab, _ = PROBLEM
-    net = Network(spec(sampling=sampling, threads=2, C=C))
+    net = Network(spec(sampling=sampling, threads=2, C=C, hidden=hidden))
     train(net, x, lab, epochs=1)
     p = net.parameters()
     ptr, ind, val = x

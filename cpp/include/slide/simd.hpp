@@ -65,7 +65,29 @@ struct Kernels {
   void (*to_bf16)(const float* x, uint16_t* out, int64_t n);
   void (*from_bf16)(const uint16_t* x, float* out, int64_t n);
   const char* bf16_isa;  // "avx512_bf16" (the BF16 instructions), "avx2" or "generic" (exact fallbacks)
+
+  // dot_multi2 on 512-bit registers (null where the CPU lacks AVX-512): the first ns vectors
+  // (ns a multiple of 4, n of 8) given interleaved in pairs by interleave_pairs, each 512-bit
+  // register holding the eight-lane sums of two vectors, so every value is the same bits as
+  // dot_multi2's on the plain vectors.
+  void (*dot_multi2_pairs)(const float* w0, const float* w1, const float* H2, int64_t ns, int64_t n, float* out0,
+                           float* out1);
 };
+
+// H2 for Kernels::dot_multi2_pairs: vectors 2p and 2p+1 of H (ldh floats apart, n a multiple
+// of 8) as 2n floats from H2 + 2pn, eight of the first then eight of the second, for p < pairs.
+inline void interleave_pairs(const float* H, int64_t ldh, int64_t pairs, int64_t n, float* H2) noexcept {
+  for (int64_t p = 0; p < pairs; ++p) {
+    const float* a = H + 2 * p * ldh;
+    const float* b = a + ldh;
+    float* o = H2 + 2 * p * n;
+    for (int64_t c = 0; c < n; c += 8, o += 16)
+      for (int j = 0; j < 8; ++j) {
+        o[j] = a[c + j];
+        o[8 + j] = b[c + j];
+      }
+  }
+}
 
 // Hints the cache to load a row of n floats that the loop will read soon.
 inline void prefetch_row(const float* p, int64_t n) noexcept {

@@ -63,10 +63,10 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
   // by memory bandwidth: a block of samples shares each pass (every row is read once per
   // block), with an online softmax normaliser and top-k per sample. Blocks of up to 64 samples
   // (at least 16; fewer than 64 when that would leave a thread without a block), two rows at a
-  // time: against blocks of 16 and one row at a time, 1.4-1.5x the points/s on 20,000 rows of
-  // 1,024 and 1.05-1.08x on 670,091 rows of 128 (2 threads; benchmarks/exact_scoring.py). A
-  // block size that is a multiple of 4 keeps every score the same bits (Kernels::dot_multi
-  // takes 4 vectors at a time).
+  // time, with AVX-512 two samples a register: against blocks of 16 and one row at a time, 1.7x
+  // the points/s on 20,000 rows of 1,024 and 1.3-1.4x on 670,091 rows of 128 (2 threads, AVX-512;
+  // AVX2 alone: 1.4x and about 1x; benchmarks/exact_scoring.py). A block size that is a multiple
+  // of 4 keeps every score the same bits (Kernels::dot_multi takes 4 vectors at a time).
   constexpr int64_t kMaxBlock = 64;
   constexpr int64_t kRowChunk = 1024;
   // Z holds a chunk's scores sample after sample, kZStride floats apart: at exactly 4 KiB the
@@ -84,16 +84,20 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
   const int64_t block = std::clamp<int64_t>((per_thread + 3) / 4 * 4, 16, kMaxBlock);
   const int64_t blocks = (x.n + block - 1) / block;
   const int nt = static_cast<int>(std::min<int64_t>(threads_, blocks));  // a block is one thread's work
+  // With AVX-512, whole groups of four samples are scored from H2, their vectors interleaved in
+  // pairs (Kernels::dot_multi2_pairs: the same bits as dot_multi2 on H).
+  const bool pairs = kr.dot_multi2_pairs != nullptr && len % 8 == 0 && !out.bf16;
   InterruptPoller poller;
   ExceptionCatcher catcher;
 #pragma omp parallel num_threads(nt) if (nt > 1 && x.n * sample_work_ > kParallelWork)
   {
     std::unique_ptr<SampleWorkspace> wsp;
-    std::vector<float> H, Z, wide;  // wide: a bf16 row widened to float32
+    std::vector<float> H, H2, Z, wide;  // wide: a bf16 row widened to float32
     std::vector<std::vector<Scored>> heaps(block);
     catcher.run([&] {
       wsp = make_workspace(layers_, false, false);
       H.resize(block * hld);
+      if (pairs) H2.resize(block * len);
       Z.resize(block * kZStride);
       if (out.bf16) wide.resize(len);
     });
@@ -110,6 +114,8 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
           std::copy(wsp->out[nl - 2].begin(), wsp->out[nl - 2].end(), H.begin() + s * hld);
           heaps[s].clear();
         }
+        const int64_t ns4 = pairs ? ns / 4 * 4 : 0;  // samples scored from H2
+        if (ns4) interleave_pairs(H.data(), hld, ns4 / 2, len, H2.data());
         float mx[kMaxBlock];
         double sum[kMaxBlock];
         for (int64_t s = 0; s < ns; ++s) {
@@ -124,7 +130,8 @@ void Network::predict_exact_blocked(const CsrView& x, int k, int32_t* out_labels
               // Two rows at a time: each vector of the block is loaded once for both.
               const float* w = W + (c + r) * len;
               if (r + 5 < cl) prefetch_row(w + 4 * len, 2 * len);
-              kr.dot_multi2(w, w + len, H.data(), hld, ns, len, d, e);
+              if (ns4) kr.dot_multi2_pairs(w, w + len, H2.data(), ns4, len, d, e);
+              if (ns4 < ns) kr.dot_multi2(w, w + len, H.data() + ns4 * hld, hld, ns - ns4, len, d + ns4, e + ns4);
               for (int64_t s = 0; s < ns; ++s) {
                 Z[s * kZStride + r] = d[s] + bias[c + r];
                 Z[s * kZStride + r + 1] = e[s] + bias[c + r + 1];

@@ -390,6 +390,46 @@ __attribute__((target("avx512f"))) float dot_avx512(const float* a, const float*
   return hsum512(_mm512_add_ps(s0, s1));
 }
 
+// Kernels::dot_multi2_pairs. Each 512-bit accumulator holds two vectors' eight-lane sums (the
+// low half the first of the pair), summed in dot_multi_rows_avx2's order; the halves of two
+// pairs are reduced as it reduces four accumulators.
+template <int P>  // pairs (of vectors) a step, even
+__attribute__((target("avx512f,avx2,fma"))) inline void dot2_pairs_step_avx512(const float* w0, const float* w1,
+                                                                              const float* H2, int64_t n,
+                                                                              float* out0, float* out1) {
+  __m512 a[P], b[P];
+  for (int q = 0; q < P; ++q) a[q] = b[q] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) {
+    // eight floats of each row in both halves (a broadcast of four doubles moves the bits)
+    const __m512 u = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(w0 + i))));
+    const __m512 v = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(w1 + i))));
+    for (int q = 0; q < P; ++q) {
+      const __m512 h = _mm512_loadu_ps(H2 + 2 * (q * n + i));
+      a[q] = _mm512_fmadd_ps(u, h, a[q]);
+      b[q] = _mm512_fmadd_ps(v, h, b[q]);
+    }
+  }
+  for (int q = 0; q < P; q += 2) {
+    for (int r = 0; r < 2; ++r) {
+      const __m512 x = r == 0 ? a[q] : b[q], y = r == 0 ? a[q + 1] : b[q + 1];
+      const __m256 x0 = _mm512_castps512_ps256(x), y0 = _mm512_castps512_ps256(y);
+      const __m256 x1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1));
+      const __m256 y1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(y), 1));
+      const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(x0, x1), _mm256_hadd_ps(y0, y1));
+      _mm_storeu_ps((r == 0 ? out0 : out1) + 2 * q,
+                    _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx2,fma"))) void dot_multi2_pairs_avx512(const float* w0, const float* w1,
+                                                                        const float* H2, int64_t ns, int64_t n,
+                                                                        float* out0, float* out1) {
+  int64_t s = 0;
+  for (; s + 8 <= ns; s += 8) dot2_pairs_step_avx512<4>(w0, w1, H2 + s * n, n, out0 + s, out1 + s);
+  for (; s + 4 <= ns; s += 4) dot2_pairs_step_avx512<2>(w0, w1, H2 + s * n, n, out0 + s, out1 + s);
+}
+
 __attribute__((target("avx512f"))) void axpy_avx512(float alpha, const float* x, float* y, int64_t n) {
   const __m512 va = _mm512_set1_ps(alpha);
   int64_t i = 0;
@@ -573,22 +613,23 @@ const Kernels kGeneric{&dot_generic,     &axpy_generic,      &backprop_generic, 
                        &exp_sum_generic, &exp_store_generic, &adam_generic,     &matmul_generic,
                        &matmul_bt_generic, "generic",
                        &dot_bf16_generic, &axpy_bf16_generic, &adam_bf16_generic, &to_bf16_generic,
-                       &from_bf16_generic, "generic"};
+                       &from_bf16_generic, "generic", nullptr};
 #ifdef SLIDE_X86
 const Kernels kAvx2{&dot_avx2,       &axpy_avx2, &backprop_avx2, &dot_multi_avx2, &dot_multi2_avx2, &exp_sum_avx2,
                     &exp_store_avx2, &adam_avx2, &matmul_avx2,   &matmul_bt_avx2, "avx2",
                     &dot_bf16_avx2,  &axpy_bf16_avx2, &adam_bf16_avx2, &to_bf16_avx2,
-                    &from_bf16_avx2, "avx2"};
-// AVX-512 CPUs also run the AVX2 multi-dot and exp kernels (not the bottleneck there).
+                    &from_bf16_avx2, "avx2", nullptr};
+// AVX-512 CPUs also run the AVX2 multi-dot and exp kernels (not the bottleneck there); exact
+// scoring's two-row multi-dot also has a form on 512-bit registers (dot_multi2_pairs).
 const Kernels kAvx512{&dot_avx512,     &axpy_avx512, &backprop_avx512, &dot_multi_avx2, &dot_multi2_avx2, &exp_sum_avx2,
                       &exp_store_avx2, &adam_avx512, &matmul_avx512,   &matmul_bt_avx512, "avx512",
                       &dot_bf16_avx2,  &axpy_bf16_avx2, &adam_bf16_avx2, &to_bf16_avx2,
-                      &from_bf16_avx2, "avx2"};
+                      &from_bf16_avx2, "avx2", &dot_multi2_pairs_avx512};
 // The same with the AVX512_BF16 instructions for bf16 layers.
 const Kernels kAvx512Bf16{&dot_avx512,     &axpy_avx512, &backprop_avx512, &dot_multi_avx2, &dot_multi2_avx2, &exp_sum_avx2,
                           &exp_store_avx2, &adam_avx512, &matmul_avx512,   &matmul_bt_avx512, "avx512",
                           &dot_bf16_avx512bf16, &axpy_bf16_avx512bf16, &adam_bf16_avx512bf16,
-                          &to_bf16_avx512bf16, &from_bf16_avx512bf16, "avx512_bf16"};
+                          &to_bf16_avx512bf16, &from_bf16_avx512bf16, "avx512_bf16", &dot_multi2_pairs_avx512};
 #endif
 
 }  // namespace
