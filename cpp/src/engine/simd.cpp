@@ -136,6 +136,15 @@ __attribute__((target("avx2,fma"))) void backprop_avx2(float d, const float* h, 
   }
 }
 
+// The four sums of four eight-lane accumulators, in one fixed order: two hadds leave them in one
+// vector, whose halves are added. Every multi-dot kernel reduces through this (dot_multi2 and
+// dot_multi2_pairs give dot_multi's bits because they do).
+__attribute__((target("avx2,fma"))) inline void store_sums4_avx2(__m256 a0, __m256 a1, __m256 a2, __m256 a3,
+                                                                  float* out) {
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+}
+
 // R rows against four vectors at a time: each load of a row serves four vectors and each load
 // of a vector serves the R rows. Every (row, vector) pair has one accumulator of eight lanes,
 // summed in the same order and reduced the same way whatever R is, so dot_multi2 gives the
@@ -159,12 +168,7 @@ __attribute__((target("avx2,fma"))) inline void dot_multi_rows_avx2(const float*
           for (int r = 0; r < R; ++r) acc[r][j] = _mm256_fmadd_ps(u[r], v, acc[r][j]);
         }
       }
-      // Reduce the four accumulators of a row together: two hadds leave the four sums in one vector.
-      for (int r = 0; r < R; ++r) {
-        const __m256 t01 = _mm256_hadd_ps(acc[r][0], acc[r][1]), t23 = _mm256_hadd_ps(acc[r][2], acc[r][3]);
-        const __m256 t = _mm256_hadd_ps(t01, t23);
-        _mm_storeu_ps(out[r] + s, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
-      }
+      for (int r = 0; r < R; ++r) store_sums4_avx2(acc[r][0], acc[r][1], acc[r][2], acc[r][3], out[r] + s);
     }
   }
   for (; s < ns; ++s)
@@ -392,7 +396,7 @@ __attribute__((target("avx512f"))) float dot_avx512(const float* a, const float*
 
 // Kernels::dot_multi2_pairs. Each 512-bit accumulator holds two vectors' eight-lane sums (the
 // low half the first of the pair), summed in dot_multi_rows_avx2's order; the halves of two
-// pairs are reduced as it reduces four accumulators.
+// pairs are reduced by store_sums4_avx2 as its four accumulators are.
 template <int P>  // pairs (of vectors) a step, even
 __attribute__((target("avx512f,avx2,fma"))) inline void dot2_pairs_step_avx512(const float* w0, const float* w1,
                                                                               const float* H2, int64_t n,
@@ -409,16 +413,9 @@ __attribute__((target("avx512f,avx2,fma"))) inline void dot2_pairs_step_avx512(c
       b[q] = _mm512_fmadd_ps(v, h, b[q]);
     }
   }
-  for (int q = 0; q < P; q += 2) {
-    for (int r = 0; r < 2; ++r) {
-      const __m512 x = r == 0 ? a[q] : b[q], y = r == 0 ? a[q + 1] : b[q + 1];
-      const __m256 x0 = _mm512_castps512_ps256(x), y0 = _mm512_castps512_ps256(y);
-      const __m256 x1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1));
-      const __m256 y1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(y), 1));
-      const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(x0, x1), _mm256_hadd_ps(y0, y1));
-      _mm_storeu_ps((r == 0 ? out0 : out1) + 2 * q,
-                    _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
-    }
+  for (int q = 0; q < P; q += 2) {   // vectors 2q .. 2q + 3
+    store_sums4_avx2(lo256(a[q]), hi256(a[q]), lo256(a[q + 1]), hi256(a[q + 1]), out0 + 2 * q);
+    store_sums4_avx2(lo256(b[q]), hi256(b[q]), lo256(b[q + 1]), hi256(b[q + 1]), out1 + 2 * q);
   }
 }
 
@@ -542,7 +539,7 @@ __attribute__((target("avx512f"))) void matmul_avx512(const float* A, int64_t a_
 }
 
 __attribute__((target("avx512f"), always_inline)) inline __m256 fold512(__m512 v) {
-  return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  return _mm256_add_ps(lo256(v), hi256(v));
 }
 
 // The four horizontal sums of a0..a3, as one 128-bit vector.

@@ -25,9 +25,14 @@ __attribute__((target("avx2,fma"))) inline float hsum256(__m256 v) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The low and high eight lanes of a 512-bit register (bit moves, AVX512F alone).
+__attribute__((target("avx512f"))) inline __m256 lo256(__m512 v) { return _mm512_castps512_ps256(v); }
+__attribute__((target("avx512f"))) inline __m256 hi256(__m512 v) {
+  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
 __attribute__((target("avx512f"))) inline float hsum512(__m512 v) {
-  const __m256 lo = _mm512_castps512_ps256(v);
-  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  const __m256 lo = lo256(v), hi = hi256(v);
   __m128 a = _mm_add_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1));
   __m128 b = _mm_add_ps(_mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1));
   a = _mm_add_ps(a, b);
