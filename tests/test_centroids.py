@@ -554,3 +554,30 @@ def test_the_memory_estimate_counts_the_dense_scoring_copy_of_a_narrow_layer():
     assert slide.memory.estimate(cfg, 5000, 4000)["centroids"] == 0
     cfg.layers[-1].centroid_kind = "mean"                                         # too large for the copy
     assert slide.memory.estimate(cfg, 47_236, 4000)["centroids"] == 0
+
+
+def test_top_k_of_pooled_rows_orders_by_score_then_label_id():
+    """On a wide layer each row ranks its own pool of labels (sorted ids, rows of any length):
+    higher score first, ties to the lower id, NaN last, a row with fewer labels than k keeps
+    them all."""
+    rng = np.random.default_rng(11)
+    for trial in range(300):
+        m = int(rng.integers(1, 12))
+        lens = rng.integers(0, 9, m)
+        cip = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        cand = np.concatenate([np.sort(rng.choice(10_000, n, replace=False)) for n in lens]).astype(np.int32)
+        mixed = rng.integers(0, 4, cip[-1]).astype(np.float64)     # ties everywhere
+        if trial % 4 == 0 and cip[-1]:
+            mixed[rng.integers(0, cip[-1], 2)] = -np.inf
+        if trial % 5 == 0 and cip[-1]:
+            mixed[rng.integers(0, cip[-1], 2)] = np.nan
+        k = int(rng.choice([1, 3, 5]))
+        rows, rank, pos, labels = centroids._best(m, 10_000, cip, cand, mixed, k)
+        want = []
+        for i in range(m):
+            entries = sorted(range(cip[i], cip[i + 1]),
+                             key=lambda p: (np.isnan(mixed[p]), -mixed[p] if not np.isnan(mixed[p]) else 0, cand[p]))
+            want += [(i, r, p) for r, p in enumerate(entries[:k])]
+        got = list(zip(rows.tolist(), rank.tolist(), pos.tolist()))
+        assert got == want, (trial, k)
+        np.testing.assert_array_equal(labels, cand[pos])
