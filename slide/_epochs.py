@@ -21,6 +21,12 @@ log = logging.getLogger("slide")
 # 4,000 labels and 3,000 test points, scoring every test row (with the label term) after each of
 # 149 epochs took 2.6 times the training time (89 s against 34 s).
 TEST_EVALS = 20
+# ... and skips one of them while the test evaluations of the fit have taken more than
+# TEST_SHARE of its training seconds (beyond TEST_FREE_SECONDS): they are shown, never used, and
+# on a wide layer one costs as much as an epoch (synth-20k shape, 20,000 training and 10,000
+# test points, 20,000 labels: 2-4 s against 4-8 s; benchmarks/README.md, "Evaluations").
+TEST_SHARE = 0.1
+TEST_FREE_SECONDS = 10.0
 # training.patience_samples stops a search no sooner than this many evaluations after its best.
 PATIENCE_MIN_EVALS = 3
 
@@ -103,8 +109,8 @@ class _EpochLoop:
                     self.epoch += 1
                     self._batch_in_epoch = 0
                     if meter.batches:
-                        self._record(history, cbs, valid, test if self._test_due(epochs) else None, lr,
-                                     meter, self.epoch)
+                        tested = test is not None and self._test_due(epochs)
+                        self._record(history, cbs, valid, test if tested else None, lr, meter, self.epoch)
                     _call(cbs, "on_epoch_end", self, self.epoch)
         except KeyboardInterrupt:
             # Ctrl-C may land between the engine's step and the Python bookkeeping: the
@@ -115,11 +121,17 @@ class _EpochLoop:
 
     def _test_due(self, epochs: int) -> bool:
         """Whether the end of the epoch just completed evaluates the test split
-        (``training.test_every``): every N-th epoch of a phase of ``epochs``, and its last."""
+        (``training.test_every``): every N-th epoch of a phase of ``epochs``, and its last; with
+        ``auto``, not while the fit's test evaluations are over their share of its training time."""
         every = self.config.training.test_every
-        if every == "auto":
-            every = max(1, math.ceil(epochs / TEST_EVALS))
-        return self.epoch % int(every) == 0 or self.epoch >= epochs
+        if self.epoch >= epochs:
+            return True
+        if every != "auto":
+            return self.epoch % int(every) == 0
+        if self.epoch % max(1, math.ceil(epochs / TEST_EVALS)):
+            return False
+        trained = self._train_seconds - self._fit_train_seconds
+        return self._agreed(self._test_seconds <= max(TEST_FREE_SECONDS, TEST_SHARE * trained))
 
     def _start_refit(self, data: "_FitData") -> None:
         """Ends the search: a fresh network (same seed) will train on all of train for the best
@@ -184,7 +196,10 @@ class _EpochLoop:
         for name, arrays in (("valid", valid), ("test", test)):
             if arrays is None:
                 continue
+            t = time.perf_counter()
             m = self._evaluate_arrays(arrays, self.config.eval.k, hits=hits if name == "valid" else None)
+            if name == "test":
+                self._test_seconds += time.perf_counter() - t
             rec.update({f"{name}/{k}": v for k, v in m.items()})
             main = m if name == "test" or main is None else main
         if main is not None:

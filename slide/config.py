@@ -163,8 +163,10 @@ class TrainingConfig:
                                              "used to choose) at every N-th end of epoch and at the last epoch of "
                                              "the count; auto = every epoch of a phase of at most 20 epochs, else "
                                              "about 20 times a phase (the search of epochs=auto counts "
-                                             "max_epochs); evaluations every eval_every batches always score "
-                                             "it, and the final evaluation is always of the whole test set",
+                                             "max_epochs), skipping one while the test evaluations have taken "
+                                             "over a tenth of the training seconds (past 10 s); evaluations "
+                                             "every eval_every batches always score it, and the final "
+                                             "evaluation is always of the whole test set",
                                      min=1, auto=True)
     checkpoint_every: Union[int, str] = _f("auto", "write a checkpoint every N epochs; 0 = only at the end (and "
                                                    "after Ctrl-C); auto = at the end of the first epoch, then at "

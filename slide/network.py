@@ -175,6 +175,7 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
         self._refit_epochs: Optional[int] = None
         self._step_offset = 0         # batches of the search, once the refit has started
         self._samples_trained = 0     # samples of all batches of the run (search and refit)
+        self._fit_train_seconds = self._test_seconds = 0.0   # set by fit (training.test_every auto)
         self._lr_search_samples = 0   # samples of the searches of slide.lr_search (their networks')
         # the configured learning rate (slide.lr_search may adopt another): an ensemble's networks
         # each search from it (slide.ensemble)
@@ -412,7 +413,8 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
         stopping, the plateau schedule and ``training.restore_best`` (the weights of the best
         evaluation are put back at the end; ``history.best_epoch`` says which). ``test`` is
         only reported, never used to choose anything: at the end of every ``training.test_every``-th
-        epoch and of a phase's last (auto: about 20 times a phase of more than 20 epochs).
+        epoch and of a phase's last (auto: about 20 times a phase of more than 20 epochs, fewer
+        where the test evaluations would take over a tenth of the training time).
 
         ``training.ensemble`` (:mod:`slide.ensemble`): once the ``"auto"`` run is done, N - 1
         more networks train the same way with seeds ``training.seed + 1000 * i`` (their own
@@ -461,6 +463,8 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
         if progress:
             cbs.insert(0, _callbacks.ProgressBar())
         self.stop_training = False
+        # training.test_every auto: the test evaluations' seconds against this fit's training seconds
+        self._fit_train_seconds, self._test_seconds = self._train_seconds, 0.0
         history = History()
         self.history = history
         if auto and self._phase == "train":

@@ -839,6 +839,25 @@ def test_the_test_split_is_evaluated_about_twenty_times_a_long_phase_and_after_i
         small(test_every=0)
 
 
+def test_auto_skips_test_evaluations_over_their_share_of_the_training_time(data, monkeypatch):
+    """test_every auto (display only) skips an evaluation of the test split while the fit's test
+    evaluations have taken more than TEST_SHARE of its training seconds beyond TEST_FREE_SECONDS;
+    the last epoch is always evaluated, and a set test_every is kept as it is."""
+    from slide import _epochs
+
+    train, test = data
+    monkeypatch.setattr(_epochs, "TEST_FREE_SECONDS", 0.0)
+    monkeypatch.setattr(_epochs, "TEST_SHARE", 0.0)   # any evaluation is over the share
+    hist = small(epochs=6, hidden=8).fit(train, test=test)
+    assert [r["epoch"] for r in hist.records if "test/P@1" in r] == [1, 6]
+    assert [r["epoch"] for r in hist.records] == [1, 2, 3, 4, 5, 6]    # a record each epoch still
+    hist = small(epochs=6, hidden=8, test_every=2).fit(train, test=test)
+    assert [r["epoch"] for r in hist.records if "test/P@1" in r] == [2, 4, 6]
+    monkeypatch.setattr(_epochs, "TEST_SHARE", 1e9)   # a share no evaluation passes: every epoch
+    hist = small(epochs=6, hidden=8).fit(train, test=test)
+    assert [r["epoch"] for r in hist.records if "test/P@1" in r] == [1, 2, 3, 4, 5, 6]
+
+
 def test_an_early_search_best_gives_way_to_the_first_evaluation_after_one_decay_period():
     """epochs=auto: a best booked before optimizer.lr_decay_min_steps steps (an early network that
     ranks frequent labels first on a small validation split) does not hold the search's best past
