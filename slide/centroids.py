@@ -49,8 +49,12 @@ files").
 
 Which labels are scored: on an output layer of at most :data:`FULL_LABELS` labels, every label
 (exact). On a wider one, the union per row of the network's top :data:`POOL` labels (from the
-prediction mode asked for: exact, index or lsh) and the centroid term's top :data:`POOL`, each
-scored exactly (:meth:`slide._core.Network.label_logits`); a label in neither pool is not ranked.
+prediction mode asked for: exact, index or lsh) and the centroid term's top :data:`POOL` (ties
+to the lower label id), each scored exactly (:meth:`slide._core.Network.label_logits`); a label in
+neither pool is not ranked. The engine builds the pools (``slide._core.label_pools``: the term's
+scores summed per row in a scratch of the layer's width, its best labels selected, the union
+sorted), 2.8x faster than a scipy product and sort did in index mode on the amazon-670k shape
+(benchmarks/README.md, "Evaluations").
 Scores are ``sigmoid(z + w cos)`` on a sigmoid output layer, else the softmax of ``z + w cos``
 over the scored labels.
 """
@@ -63,6 +67,7 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 
+from . import _core
 from ._util import clear_gain
 from .scaling import normalize_rows
 
@@ -195,51 +200,16 @@ def build(x_indptr: np.ndarray, x_indices: np.ndarray, x_values: np.ndarray, y_i
     return CT
 
 
-class _Scores(NamedTuple):
-    """Rows x labels scores as CSR arrays (sorted label ids in a row)."""
-    indptr: np.ndarray
-    indices: np.ndarray
-    data: np.ndarray
-
-
-# Up to this many rows, the scores are gathered from the centroid matrix's rows in NumPy: a
-# sparse product costs O(labels) per call (its work arrays span every column), 0.4 ms of a
-# single query on 670,091 labels.
-_GATHER_ROWS = 16
-
-
-def _query_scores(CT, x_indptr, x_indices, x_values, dense: bool = False):
-    """cos(x, c_l) of each row and label with a non-zero score: a CSR matrix (sorted ids), or for
-    a few rows the same as :class:`_Scores` arrays; with dense label vectors (ridge), a dense rows
-    x labels array of x / |x| times each vector. ``dense``: every row's scores of every label as
-    a dense float32 array (for a layer of at most FULL_LABELS labels; no sorted ids needed)."""
+def _query_scores(CT, x_indptr, x_indices, x_values) -> np.ndarray:
+    """Every row's score of every label as a dense rows x labels float32 array (a layer of at most
+    FULL_LABELS labels): cos(x, c_l) with sparse centroids, x / |x| times each vector with dense
+    label vectors (ridge, or the dense copy of the centroids). A wider layer scores each row's
+    pool instead (:func:`pools`, ``slide._core.label_pools``)."""
     n = len(x_indptr) - 1
+    X = normalize_rows(sp.csr_matrix((x_values, x_indices, x_indptr - x_indptr[0]), shape=(n, CT.shape[0])), "l2")
     if isinstance(CT, np.ndarray):
-        X = normalize_rows(sp.csr_matrix((x_values, x_indices, x_indptr - x_indptr[0]), shape=(n, CT.shape[0])), "l2")
         return np.asarray(X @ CT, dtype=np.float32)
-    if n > _GATHER_ROWS or dense:
-        X = normalize_rows(sp.csr_matrix((x_values, x_indices, x_indptr - x_indptr[0]), shape=(n, CT.shape[0])), "l2")
-        S = (X @ CT).tocsr()
-        if dense:   # toarray reads unsorted ids as well
-            return S.toarray().astype(np.float32, copy=False)
-        S.sort_indices()
-        return S
-    L = CT.shape[1]
-    xrow = np.repeat(np.arange(n, dtype=np.int64), np.diff(x_indptr))
-    x64 = np.asarray(x_values, np.float64)
-    norm = np.sqrt(np.bincount(xrow, weights=x64 * x64, minlength=n))
-    xval = x64 / np.where(norm > 0, norm, 1.0)[xrow]
-    begin, end = CT.indptr[x_indices], CT.indptr[np.asarray(x_indices) + 1]
-    per = end - begin
-    # every stored entry of the rows of the query's features, with the query row and value
-    pos = np.repeat(begin - np.concatenate([[0], np.cumsum(per)[:-1]]), per) + np.arange(per.sum())
-    keys = np.repeat(xrow, per) * L + CT.indices[pos]
-    uniq, inv = np.unique(keys, return_inverse=True)
-    vals = np.bincount(inv, weights=np.repeat(xval, per) * CT.data[pos]).astype(np.float32)
-    rows = uniq // L
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
-    return _Scores(indptr, (uniq - rows * L).astype(np.int32), vals)
+    return (X @ CT).toarray().astype(np.float32, copy=False)   # toarray reads unsorted ids as well
 
 
 def _chunks(arrays, rows_per_chunk: int) -> Iterator[Tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]:
@@ -287,32 +257,23 @@ def pools(net, arrays, CT: sp.csr_matrix, mode: str = "exact", k: int = 1,
     full = L <= FULL_LABELS
     rows_per_chunk = max(1, min(1024, (1 << 18) // L)) if full else 1024
     pool = min(L, max(int(k), POOL))
+    if not full:   # the label vectors as the engine reads them (slide._core.label_pools)
+        ct_indptr = CT.indptr.astype(np.int64)
+        ct_indices = CT.indices.astype(np.int32, copy=False)
+        ct_values = CT.data.astype(np.float32, copy=False)
     for s, e, ip, ix, xv in _chunks(arrays, rows_per_chunk):
         m = e - s
-        S = _query_scores(_scoring_vectors(net, CT) if full else CT, ip, ix, xv, dense=full)
         if full:
+            S = _query_scores(_scoring_vectors(net, CT), ip, ix, xv)
             z = _all_logits(core, ip, ix, xv, m, L).reshape(-1)
             yield s, e, None, None, z, S.reshape(-1)
             continue
         top, _ = core.predict_topk(ip, ix, xv, pool, mode, **query)
-        s_rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(S.indptr))
-        s_keys = s_rows * L + S.indices          # ascending: rows in order, sorted ids in a row
-        picked = []   # each row's top pool of the centroid term (any order)
-        for i in range(m):
-            lo, hi = S.indptr[i], S.indptr[i + 1]
-            picked.append(np.arange(lo, hi) if hi - lo <= pool else lo + np.argpartition(S.data[lo:hi], hi - lo - pool)[hi - lo - pool:])
-        picked = np.concatenate(picked) if picked else np.zeros(0, dtype=np.int64)
-        t_rows = np.repeat(np.arange(m, dtype=np.int64), top.shape[1])
-        t_lab = top.reshape(-1).astype(np.int64)
-        keys = np.unique(np.concatenate([s_keys[picked], (t_rows * L + t_lab)[t_lab >= 0]]))
-        rows = keys // L
-        cand = (keys - rows * L).astype(np.int32)
-        cand_indptr = np.zeros(m + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=m), out=cand_indptr[1:])
+        Q = normalize_rows(sp.csr_matrix((xv, ix, ip), shape=(m, CT.shape[0])), "l2")
+        cand_indptr, cand, sv = _core.label_pools(
+            Q.indptr.astype(np.int64), Q.indices.astype(np.int32, copy=False), Q.data.astype(np.float32, copy=False),
+            ct_indptr, ct_indices, ct_values, L, np.ascontiguousarray(top, dtype=np.int32), pool, core.num_threads)
         z = core.label_logits(ip, ix, xv, cand_indptr, cand)
-        pos = np.minimum(np.searchsorted(s_keys, keys), max(0, len(s_keys) - 1))
-        hit = (pos < len(s_keys)) & (s_keys[pos] == keys) if len(s_keys) else np.zeros(len(keys), bool)
-        sv = np.where(hit, S.data[pos] if len(s_keys) else 0.0, 0.0).astype(np.float32)
         yield s, e, cand_indptr, cand, z, sv
 
 
@@ -443,7 +404,7 @@ def _hits_full(net, valid, candidates) -> list:
             if cache is not None:
                 S = cache[s, c]
             else:
-                S = _query_scores(_scoring_vectors(net, CT), ip, ix, xv, dense=True)
+                S = _query_scores(_scoring_vectors(net, CT), ip, ix, xv)
                 if store is not None:
                     store[s, c] = S
             for j, w in enumerate(grid):

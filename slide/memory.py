@@ -158,6 +158,11 @@ def estimate(config: Config, num_features: int, num_labels: int,
     out_layer = config.layers[-1]
     if out_layer.centroid_weight != 0.0 and sizes[-1] > _centroids.FULL_LABELS:
         centroid_bytes = sizes[-1] * _centroids.MAX_FEATURES * (_F32 + _I32) + (int(num_features) + 1) * 8
+        # and each thread's scratch of a float and a byte a label (slide._core.label_pools)
+        from . import _core
+
+        threads = config.training.threads or _core.default_threads()
+        centroid_bytes += threads * sizes[-1] * (_F32 + 1)
     elif (out_layer.centroid_weight != 0.0 and out_layer.centroid_kind != "ridge"
           and _centroids.dense_scoring(int(num_features), sizes[-1])):
         centroid_bytes = int(num_features) * sizes[-1] * _F32

@@ -268,26 +268,42 @@ def test_label_logits_are_the_logits_prediction_ranks_by(layers):
                                np.array([L], np.int32))
 
 
-def test_scores_of_a_few_rows_gathered_equal_the_sparse_product():
+def test_the_pools_of_a_wide_layer_are_each_rows_best_term_labels_and_the_networks():
+    """slide._core.label_pools: per row, the union of the `pool` best labels by the term (the CSR
+    product of the unit rows with the label vectors, the same float32 sums; ties to the lower id,
+    a zero sum is no score) and the network's labels (-1 = none), ascending, with their scores."""
+    from slide import _core
+    from slide.scaling import normalize_rows
+
+    rng = np.random.default_rng(9)
     X, Y = _problem(seed=9)
     CT = centroids.build(np.asarray(X.indptr, np.int64), X.indices.astype(np.int32), X.data,
                          np.asarray(Y.indptr, np.int64), Y.indices.astype(np.int32), X.shape[1], Y.shape[1])
-    Q = X[:12].tolil()
-    Q[3, :] = 0            # an empty row
-    Q = Q.tocsr()
-    ip, ix, xv = np.asarray(Q.indptr, np.int64), Q.indices.astype(np.int32), Q.data.astype(np.float32)
-    big = centroids._query_scores(CT, ip, ix, xv)           # the sparse product (forced below)
-    assert isinstance(big, centroids._Scores)
-    orig = centroids._GATHER_ROWS
-    try:
-        centroids._GATHER_ROWS = 0
-        ref = centroids._query_scores(CT, ip, ix, xv)
-    finally:
-        centroids._GATHER_ROWS = orig
-    np.testing.assert_array_equal(big.indptr, ref.indptr)
-    np.testing.assert_array_equal(big.indices, ref.indices)
-    np.testing.assert_allclose(big.data, ref.data, rtol=1e-5)
-    assert big.indptr[4] == big.indptr[3]
+    CT.data = np.round(CT.data * 4) / 4          # many equal scores, some exactly zero sums
+    Q = X[:40].tolil()
+    Q[3, :] = 0                                   # an empty row
+    Q = normalize_rows(Q.tocsr().astype(np.float32), "l2")
+    L = CT.shape[1]
+    top = rng.integers(-1, L, size=(40, 3)).astype(np.int32)
+    S = (Q @ CT).toarray()
+    for pool in (0, 2, 5, L):
+        args = (np.asarray(Q.indptr, np.int64), Q.indices.astype(np.int32), Q.data, np.asarray(CT.indptr, np.int64),
+                CT.indices.astype(np.int32), CT.data.astype(np.float32), L, top, pool)
+        ip, labels, scores = _core.label_pools(*args, threads=2)
+        for i in range(40):
+            scored = [l for l in range(L) if S[i, l] != 0]
+            best = sorted(scored, key=lambda l: (-S[i, l], l))[:pool]
+            want = sorted(set(best) | {int(t) for t in top[i] if t >= 0})
+            assert labels[ip[i]:ip[i + 1]].tolist() == want, (pool, i)
+            np.testing.assert_array_equal(scores[ip[i]:ip[i + 1]], S[i, want].astype(np.float32))
+        one = _core.label_pools(*args, threads=1)
+        for a, b in zip(one, (ip, labels, scores)):
+            np.testing.assert_array_equal(a, b)
+    assert ip[4] - ip[3] == len({int(t) for t in top[3] if t >= 0})   # the empty row: the network's labels
+    bad_top = top.copy()
+    bad_top[0, 0] = L
+    with pytest.raises(ValueError, match="top label"):
+        _core.label_pools(*args[:7], bad_top, 2)
 
 
 def test_the_weight_can_be_set_for_serving():
@@ -319,7 +335,9 @@ def test_the_memory_estimate_bounds_the_centroids_of_a_wide_layer():
     cfg = Config.from_yaml(os.path.join(os.path.dirname(__file__), "..", "datasets", "synth-amazon-670k.yaml"))
     assert cfg.layers[-1].centroid_weight == 32.0
     est = slide.memory.estimate(cfg, 135_909, 670_091)
-    assert est["centroids"] == 670_091 * centroids.MAX_FEATURES * 8 + 135_910 * 8   # 172 MB
+    threads = cfg.training.threads or slide._core.default_threads()
+    # 172 MB of centroids, and each thread's scratch of a float and a byte a label (3.4 MB)
+    assert est["centroids"] == 670_091 * centroids.MAX_FEATURES * 8 + 135_910 * 8 + threads * 670_091 * 5
     cfg.layers[-1].centroid_weight = 0.0
     assert slide.memory.estimate(cfg, 135_909, 670_091)["centroids"] == 0
     # a wide network's centroids stay within the bound

@@ -676,8 +676,12 @@ def test_memory_estimate_and_check():
     cfg = Network(hidden=128).config
     est = slide.memory.estimate(cfg, 100_000, 670_000)
     assert set(est) == {"weights", "adam", "gradients", "hash_tables", "batch", "centroids", "label_vectors", "total"}
-    # centroid_weight auto on a wide layer: at most 32 entries a label (slide.centroids)
-    assert est["centroids"] == 670_000 * 32 * 8 + 100_001 * 8
+    # centroid_weight auto on a wide layer: at most 32 entries a label (slide.centroids), and each
+    # thread's scratch of a float and a byte a label for the pools (slide._core.label_pools)
+    threads = slide._core.default_threads()
+    assert est["centroids"] == 670_000 * 32 * 8 + 100_001 * 8 + threads * 670_000 * 5
+    assert slide.memory.estimate(Network(hidden=128, threads=3).config, 100_000, 670_000)["centroids"] == \
+        670_000 * 32 * 8 + 100_001 * 8 + 3 * 670_000 * 5
     assert est["total"] == sum(v for k, v in est.items() if k != "total")
     # 100K x 128 + 128 x 670K weights (and biases), float32
     assert est["weights"] == 4 * (100_000 * 128 + 128 + 128 * 670_000 + 670_000)

@@ -10,6 +10,7 @@
 
 #include "bindings.hpp"
 #include "slide/common.hpp"
+#include "slide/label_pools.hpp"
 #include "slide/network.hpp"
 #include "slide/simd.hpp"
 
@@ -599,4 +600,31 @@ run from several Python threads at once.)doc")
           py::arg("layer"), py::arg("state"),
           "Replace an LSH layer's hash tables with a state from table_state (validated: "
           "ValueError naming the array on a mismatch; the tables are then unchanged).");
+
+  m.def(
+      "label_pools",
+      [](const py::object& q_indptr, const py::object& q_indices, const py::object& q_values,
+         const py::object& ct_indptr, const py::object& ct_indices, const py::object& ct_values, int64_t num_labels,
+         const py::object& top, int64_t pool, int threads) {
+        const slide::CsrView q = csr(q_indptr, q_indices, &q_values, "q_indptr", "q_indices", "q_values");
+        const slide::CsrView ct = csr(ct_indptr, ct_indices, &ct_values, "ct_indptr", "ct_indices", "ct_values");
+        if (!py::isinstance<py::array_t<int32_t>>(top)) bad("top", "expected a numpy array of int32");
+        py::array t = py::reinterpret_borrow<py::array>(top);
+        if (t.ndim() != 2 || t.shape(0) != q.n || !(t.flags() & py::array::c_style))
+          bad("top", "expected a contiguous (rows, width) array with " + std::to_string(q.n) + " rows");
+        const int32_t* tp = static_cast<const int32_t*>(t.data());
+        const int64_t width = static_cast<int64_t>(t.shape(1));
+        slide::LabelPools res;
+        {
+          py::gil_scoped_release release;
+          res = slide::label_pools(q, ct, num_labels, tp, width, pool, threads);
+        }
+        return py::make_tuple(move_to_numpy(std::move(res.indptr)), move_to_numpy(std::move(res.labels)),
+                              move_to_numpy(std::move(res.scores)));
+      },
+      py::arg("q_indptr"), py::arg("q_indices"), py::arg("q_values"), py::arg("ct_indptr"), py::arg("ct_indices"),
+      py::arg("ct_values"), py::arg("num_labels"), py::arg("top"), py::arg("pool"), py::arg("threads") = 0,
+      "The label-centroid term's pools of a wide output layer (slide/label_pools.hpp): per row of the unit-length "
+      "rows q, the union of its `pool` best labels by q times the feature-by-label matrix ct and its labels in "
+      "top (rows x width, -1 = none); returns (indptr int64, labels int32 ascending per row, scores float32).");
 }
