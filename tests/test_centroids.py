@@ -304,6 +304,13 @@ def test_the_pools_of_a_wide_layer_are_each_rows_best_term_labels_and_the_networ
     bad_top[0, 0] = L
     with pytest.raises(ValueError, match="top label"):
         _core.label_pools(*args[:7], bad_top, 2)
+    # a label vector naming a label past the layer (ids are checked as the rows read them)
+    q = (np.array([0, 1], np.int64), np.array([0], np.int32), np.array([1.0], np.float32))
+    ct = (np.array([0, 2], np.int64), np.array([1, 7], np.int32), np.array([0.5, 0.5], np.float32))
+    with pytest.raises(ValueError, match="label_pools: label 7 is outside"):
+        _core.label_pools(*q, *ct, 5, np.full((1, 1), -1, np.int32), 2)
+    ip, labels, scores = _core.label_pools(*q, *ct, 8, np.full((1, 1), -1, np.int32), 2)   # and afterwards
+    assert labels.tolist() == [1, 7] and scores.tolist() == [0.5, 0.5]
 
 
 def test_the_weight_can_be_set_for_serving():

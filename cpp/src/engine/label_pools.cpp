@@ -48,10 +48,6 @@ LabelPools label_pools(const CsrView& q, const CsrView& ct, int64_t num_labels, 
     if (q.indices[i] < 0 || q.indices[i] >= ct.n)
       throw InvalidArgument("label_pools: feature " + std::to_string(q.indices[i]) + " is outside [0, " +
                             std::to_string(ct.n) + ")");
-  for (int64_t i = 0; i < ct.nnz; ++i)
-    if (ct.indices[i] < 0 || ct.indices[i] >= num_labels)
-      throw InvalidArgument("label_pools: label " + std::to_string(ct.indices[i]) + " is outside [0, " +
-                            std::to_string(num_labels) + ")");
   for (int64_t i = 0; i < q.n * top_width; ++i)
     if (top[i] >= num_labels)
       throw InvalidArgument("label_pools: top label " + std::to_string(top[i]) + " is outside [0, " +
@@ -76,6 +72,10 @@ LabelPools label_pools(const CsrView& q, const CsrView& ct, int64_t num_labels, 
           const float v = r.values[a];
           for (int64_t b = 0; b < c.nnz; ++b) {
             const int32_t l = c.indices[b];
+            // checked as read: a query touches a few of the matrix's entries
+            if (l < 0 || l >= num_labels)
+              throw InvalidArgument("label_pools: label " + std::to_string(l) + " is outside [0, " +
+                                    std::to_string(num_labels) + ")");
             if (!s.seen[l]) {
               s.seen[l] = 1;
               s.touched.push_back(l);
