@@ -53,7 +53,7 @@ prediction mode asked for: exact, index or lsh) and the centroid term's top :dat
 to the lower label id), each scored exactly (:meth:`slide._core.Network.label_logits`); a label in
 neither pool is not ranked. The engine builds the pools (``slide._core.label_pools``: the term's
 scores summed per row in a scratch of the layer's width, its best labels selected, the union
-sorted), 2.8x faster than a scipy product and sort did in index mode on the amazon-670k shape
+sorted), 2.4-2.8x faster than a scipy product and sort did in index mode on the amazon-670k shape
 (benchmarks/README.md, "Evaluations").
 Scores are ``sigmoid(z + w cos)`` on a sigmoid output layer, else the softmax of ``z + w cos``
 over the scored labels.
