@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from ._arrays import _Arrays, _FitData, _Meter
+from . import centroids as _centroids
 from .history import History
 from .output_init import init_output_centroids
 
@@ -193,11 +194,16 @@ class _EpochLoop:
         main = None
         # a search books which validation rows its best evaluation ranks right (slide.lr_search)
         hits: Optional[List[np.ndarray]] = [] if self._phase == "search" else None
+        # on a wide layer the label term's choice at a new best starts from the validation rows'
+        # best labels: the validation pass keeps them (slide.centroids.choose)
+        wide = self.num_labels > _centroids.FULL_LABELS
+        pool: Optional[List[np.ndarray]] = [] if self._choose_at_best and wide else None
         for name, arrays in (("valid", valid), ("test", test)):
             if arrays is None:
                 continue
             t = time.perf_counter()
-            m = self._evaluate_arrays(arrays, self.config.eval.k, hits=hits if name == "valid" else None)
+            m = self._evaluate_arrays(arrays, self.config.eval.k, hits=hits if name == "valid" else None,
+                                      pool=pool if name == "valid" else None)
             if name == "test":
                 self._test_seconds += time.perf_counter() - t
             rec.update({f"{name}/{k}": v for k, v in m.items()})
@@ -210,7 +216,7 @@ class _EpochLoop:
             if self._choose_at_best:
                 # centroid_weight auto: the weight the best network's validation logits choose, taken
                 # when the search ends (before a refit that network's weights are not kept)
-                self._best_choice = self._choose_label_term(valid)
+                self._best_choice = self._choose_label_term(valid, top=pool[0] if pool else None)
         history.records.append(rec)
         _call(cbs, "on_evaluate", self, rec)
 

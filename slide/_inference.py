@@ -147,15 +147,23 @@ class _Inference:
         return np.asarray(labels, dtype=np.int32), np.asarray(scores, dtype=np.float32)
 
     def _evaluate_arrays(self, arrays: _Arrays, k, mode: str = "exact",
-                         hits: Optional[List[np.ndarray]] = None) -> Dict[str, float]:
+                         hits: Optional[List[np.ndarray]] = None,
+                         pool: Optional[List[np.ndarray]] = None) -> Dict[str, float]:
         """metrics.evaluate of the arrays; with ``hits`` (a list), appends to it whether each
         row's top label is one of its labels (a bool array: the paired comparisons of
-        slide.lr_search)."""
+        slide.lr_search). With ``pool`` (a list) and the network alone ranking, appends each
+        row's best slide.centroids.POOL labels (the label term's choice on a wide layer starts
+        from them) and takes the metrics' top k from them: one exact pass for both."""
         from . import metrics
 
         ks = [k] if isinstance(k, (int, np.integer)) else list(k)
         kmax = min(max(ks), self.num_labels)
-        top, _ = self._predict_arrays(arrays, kmax, mode)
+        if pool is not None and not self._centroid_weight:
+            best, _ = self._predict_arrays(arrays, min(self.num_labels, max(kmax, _centroids.POOL)), mode)
+            pool.append(best)
+            top = best[:, :kmax]
+        else:
+            top, _ = self._predict_arrays(arrays, kmax, mode)
         props = None
         if self._label_counts is not None:
             props = metrics.propensities(self._label_counts, self.config.eval.propensity_a,

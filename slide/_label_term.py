@@ -91,13 +91,14 @@ class _LabelTerm:
         self._train_seconds += time.perf_counter() - t
         log.debug("label vectors (%s) built in %.2f s", kind or asked, time.perf_counter() - t)
 
-    def _choose_label_term(self, valid: _Arrays) -> _centroids.Choice:
+    def _choose_label_term(self, valid: _Arrays, top: Optional[np.ndarray] = None) -> _centroids.Choice:
         """slide.centroids.choose among the label vectors built: the centroids (unless
-        ``centroid_kind: ridge``), then the ridge vectors by penalty."""
+        ``centroid_kind: ridge``), then the ridge vectors by penalty (``top``: the validation
+        rows' best labels by the network, when the caller scored them already)."""
         mean = [] if self._centroids is None or self.config.layers[-1].centroid_kind == "ridge" else [
             ("mean", None, self._centroids)]
         ridge = [("ridge", lam, W) for lam, W in sorted((self._ridge or {}).items())]
-        return _centroids.choose(self, valid, mean + ridge)
+        return _centroids.choose(self, valid, mean + ridge, top=top)
 
     def _centroid_pending(self, data: _FitData) -> bool:
         """``centroid_weight: auto`` not yet chosen, and something to choose it on."""

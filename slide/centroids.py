@@ -247,12 +247,14 @@ def _row_top(rows: np.ndarray, keys: np.ndarray, scores: np.ndarray, m: int, k: 
     return order[rank < k], rank[rank < k]
 
 
-def pools(net, arrays, CT: sp.csr_matrix, mode: str = "exact", k: int = 1,
+def pools(net, arrays, CT: sp.csr_matrix, mode: str = "exact", k: int = 1, top: Optional[np.ndarray] = None,
           **query) -> Iterator[Tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Per chunk of rows: ``(start, end, cand_indptr, cand, z, s)``: the labels scored for each
     row (sorted ids), their logits and their centroid scores. On a layer of at most FULL_LABELS
     labels every row scores every label: ``cand_indptr`` and ``cand`` are None and ``z``, ``s``
-    hold ``(end - start) x labels`` values in label order."""
+    hold ``(end - start) x labels`` values in label order. ``top``: the network's best labels of
+    every row in ``mode`` (rows x at least POOL, best first, as ``predict_topk`` gives them),
+    when the caller has them already (the validation pass of a search: see ``choose``)."""
     core, L = net._core, int(net.num_labels)
     full = L <= FULL_LABELS
     rows_per_chunk = max(1, min(1024, (1 << 18) // L)) if full else 1024
@@ -268,11 +270,12 @@ def pools(net, arrays, CT: sp.csr_matrix, mode: str = "exact", k: int = 1,
             z = _all_logits(core, ip, ix, xv, m, L).reshape(-1)
             yield s, e, None, None, z, S.reshape(-1)
             continue
-        top, _ = core.predict_topk(ip, ix, xv, pool, mode, **query)
+        best = (np.ascontiguousarray(top[s:e, :pool]) if top is not None
+                else core.predict_topk(ip, ix, xv, pool, mode, **query)[0])
         Q = normalize_rows(sp.csr_matrix((xv, ix, ip), shape=(m, CT.shape[0])), "l2")
         cand_indptr, cand, sv = _core.label_pools(
             Q.indptr.astype(np.int64), Q.indices.astype(np.int32, copy=False), Q.data.astype(np.float32, copy=False),
-            ct_indptr, ct_indices, ct_values, L, np.ascontiguousarray(top, dtype=np.int32), pool, core.num_threads)
+            ct_indptr, ct_indices, ct_values, L, np.ascontiguousarray(best, dtype=np.int32), pool, core.num_threads)
         z = core.label_logits(ip, ix, xv, cand_indptr, cand)
         yield s, e, cand_indptr, cand, z, sv
 
@@ -353,7 +356,8 @@ def predict(net, arrays, k: int, mode: str, weight: float, CT: sp.csr_matrix,
     return labels, scores
 
 
-def choose_weight(net, valid, CT: sp.csr_matrix, weights=WEIGHTS) -> Tuple[float, Dict[float, float]]:
+def choose_weight(net, valid, CT: sp.csr_matrix, weights=WEIGHTS,
+                  top: Optional[np.ndarray] = None) -> Tuple[float, Dict[float, float]]:
     """The weight of the best validation P@1 among 0 and ``weights`` (exact mode), and the P@1
     of each. A weight must beat 0 by at least one validation point; ties go to the smaller."""
     ws = [0.0] + [float(w) for w in weights if w > 0]
@@ -361,7 +365,7 @@ def choose_weight(net, valid, CT: sp.csr_matrix, weights=WEIGHTS) -> Tuple[float
     L = int(net.num_labels)
     truth_rows = np.repeat(np.arange(valid.n, dtype=np.int64), np.diff(valid.y_indptr))
     truth = np.sort(truth_rows * L + valid.y_indices)
-    for s, e, cip, cand, z, sv in pools(net, valid, CT, "exact", 1):
+    for s, e, cip, cand, z, sv in pools(net, valid, CT, "exact", 1, top=top):
         z64 = z.astype(np.float64)
         for j, w in enumerate(ws):
             rows, _, _, best = _best(e - s, L, cip, cand, z64 + w * sv, 1)
@@ -414,17 +418,18 @@ def _hits_full(net, valid, candidates) -> list:
     return list(zip(grids, hits))
 
 
-def choose(net, valid, candidates) -> Choice:
+def choose(net, valid, candidates, top: Optional[np.ndarray] = None) -> Choice:
     """The best of ``candidates`` ((kind, lambda, label vectors), the label centroids first) by
     validation P@1: for each, its weight as :func:`choose_weight` picks it (at least one more
     validation point right than 0, ties to the smaller). A later candidate replaces the leader
     only when it is right on ``b`` validation rows where the leader is wrong and wrong on ``c``
     where the leader is right with ``b - c >= max(1, sqrt(b + c))``: one standard error of the
     paired difference (a McNemar test at one sigma), so that the 40 ridge options do not win on
-    the noise of a few rows (see the module doc)."""
+    the noise of a few rows (see the module doc). ``top``: on a wide layer, the network's best
+    labels of the validation rows in exact mode, when the caller has them (:func:`pools`)."""
     if int(net.num_labels) > FULL_LABELS:   # the centroids alone (ridge needs a narrow layer)
         (kind, lam, CT), = candidates
-        weight, p1 = choose_weight(net, valid, CT, WEIGHTS)
+        weight, p1 = choose_weight(net, valid, CT, WEIGHTS, top=top)
         return Choice(weight, p1, kind, lam)
     best, best_rows = None, None
     for (kind, lam, _), (grid, right) in zip(candidates, _hits_full(net, valid, candidates)):

@@ -606,3 +606,44 @@ def test_top_k_of_pooled_rows_orders_by_score_then_label_id():
         got = list(zip(rows.tolist(), rank.tolist(), pos.tolist()))
         assert got == want, (trial, k)
         np.testing.assert_array_equal(labels, cand[pos])
+
+
+def test_a_searchs_choice_on_a_wide_layer_reuses_the_validation_pass(monkeypatch):
+    """On a wide layer the search's validation pass keeps each row's best POOL labels and the
+    label term's choice at a new best starts from them instead of scoring the rows again: the
+    same metrics, the same choice, the same trained network as scoring them twice."""
+    X, Y = _problem(n=500, L=60, seed=12)
+    monkeypatch.setattr(centroids, "FULL_LABELS", 10)
+    monkeypatch.setattr(centroids, "POOL", 8)
+    calls = []
+    orig_choose = centroids.choose
+
+    def fit(reuse: bool):
+        def choose(net, valid, cands, top=None):
+            calls.append(top is not None)
+            return orig_choose(net, valid, cands, top=top if reuse else None)
+
+        monkeypatch.setattr(centroids, "choose", choose)
+        net = slide.Network({"layers": [{"size": 16}, {"size": None, "sampling": "dense"}],
+                             "training": {"ensemble": 1, "max_epochs": 12}, "optimizer": {"lr_search": []}},
+                            threads=1, seed=3)
+        hist = net.fit((X, Y), epochs="auto")
+        return net, hist
+
+    a, ha = fit(True)
+    assert calls and all(calls)                   # the pass's labels reached every choice
+    b, hb = fit(False)
+    assert ha.centroid_search == hb.centroid_search and a.centroid_weight == b.centroid_weight
+    assert [r["valid/P@1"] for r in ha.records if "valid/P@1" in r] == \
+        [r["valid/P@1"] for r in hb.records if "valid/P@1" in r]
+    np.testing.assert_array_equal(a.predict(X[:50], k=5)[0], b.predict(X[:50], k=5)[0])
+    # the pass's metrics from its POOL labels are those of a top-k pass
+    valid = a._convert(X[400:].tocsr(), Y[400:].tocsr())
+    a.centroid_weight = 0
+    kept = []
+    assert a._evaluate_arrays(valid, (1, 3, 5), pool=kept) == a._evaluate_arrays(valid, (1, 3, 5))
+    assert kept[0].shape == (100, 8)
+    for given, own in zip(centroids.pools(a, valid, a._centroids, "exact", 1, top=kept[0]),
+                          centroids.pools(a, valid, a._centroids, "exact", 1)):
+        for u, v in zip(given, own):
+            np.testing.assert_array_equal(u, v)
