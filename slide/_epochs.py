@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from ._arrays import _Arrays, _FitData, _Meter
 from . import centroids as _centroids
+from ._arrays import _Arrays, _FitData, _Meter
 from .history import History
 from .output_init import init_output_centroids
 
