@@ -238,15 +238,6 @@ def _pick_weight(hits) -> int:
     return best
 
 
-def _row_top(rows: np.ndarray, keys: np.ndarray, scores: np.ndarray, m: int, k: int) -> np.ndarray:
-    """Positions of each row's k best entries (higher score first, ties to the lower key), in
-    row order: entries are grouped by ``rows`` (ascending) already."""
-    order = np.lexsort((keys, -scores, rows))
-    starts = np.searchsorted(rows[order], np.arange(m))
-    rank = np.arange(len(order)) - starts[rows[order]]
-    return order[rank < k], rank[rank < k]
-
-
 def pools(net, arrays, CT: sp.csr_matrix, mode: str = "exact", k: int = 1, top: Optional[np.ndarray] = None,
           **query) -> Iterator[Tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Per chunk of rows: ``(start, end, cand_indptr, cand, z, s)``: the labels scored for each
@@ -270,8 +261,7 @@ def pools(net, arrays, CT: sp.csr_matrix, mode: str = "exact", k: int = 1, top: 
             z = _all_logits(core, ip, ix, xv, m, L).reshape(-1)
             yield s, e, None, None, z, S.reshape(-1)
             continue
-        best = (np.ascontiguousarray(top[s:e, :pool]) if top is not None
-                else core.predict_topk(ip, ix, xv, pool, mode, **query)[0])
+        best = top[s:e, :pool] if top is not None else core.predict_topk(ip, ix, xv, pool, mode, **query)[0]
         Q = normalize_rows(sp.csr_matrix((xv, ix, ip), shape=(m, CT.shape[0])), "l2")
         cand_indptr, cand, sv = _core.label_pools(
             Q.indptr.astype(np.int64), Q.indices.astype(np.int32, copy=False), Q.data.astype(np.float32, copy=False),
@@ -309,20 +299,19 @@ def _best(m: int, L: int, cip: Optional[np.ndarray], cand: Optional[np.ndarray],
         return rows, np.tile(np.arange(order.shape[1]), m), rows * L + labels, labels
     lens = np.diff(cip)
     owner = np.repeat(np.arange(m, dtype=np.int64), lens)
-    if np.isnan(mixed).any():   # the sort orders NaN scores last, by label id
-        pos, rank = _row_top(owner, cand, mixed, m, k)
-        return owner[pos], rank, pos, cand[pos]
-    # Each row's scores in a row of a padded matrix (label order, -inf after the row's end): the
-    # first maximum of a row is the lower id, as the sort breaks ties, at a fraction of its cost
-    # (a search chooses the weight on thousands of rows, once per weight tried).
+    # Each row's scores in a row of a padded matrix, in label order and NaN after the row's end:
+    # _top_sorted's stable order (higher first, ties to the lower column, NaN last) is then the
+    # order of the label ids, with the row's own NaN scores before the padding, at a fraction of
+    # a sort of every scored label (a search chooses the weight on thousands of rows, once per
+    # weight tried).
     width = int(lens.max(initial=0))
     if width == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty, np.zeros(0, dtype=cand.dtype)
-    M = np.full((m, width), -np.inf)
+    M = np.full((m, width), np.nan)
     M[owner, np.arange(len(mixed)) - cip[owner]] = mixed
     kk = min(int(k), width)
-    cols = np.argmax(M, axis=1)[:, None] if kk == 1 else _top_sorted(M, kk)
+    cols = _top_sorted(M, kk)
     keep = cols < lens[:, None]            # a row with fewer than k labels has fewer
     rows = np.repeat(np.arange(m, dtype=np.int64), kk).reshape(m, kk)[keep]
     rank = np.tile(np.arange(kk, dtype=np.int64), m).reshape(m, kk)[keep]
