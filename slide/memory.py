@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 from ._util import format_bytes
 from .config import Config
 
-__all__ = ["estimate", "check_fits", "layer_sizes", "expected_active", "format_bytes"]
+__all__ = ["estimate", "check_fits", "keeps_best_copy", "layer_sizes", "expected_active", "format_bytes"]
 
 _F32 = 4
 _I32 = 4
@@ -99,8 +99,21 @@ def _label_vector_bytes(config: Config, num_features: int, num_labels: int,
     return 2 * k * k * _F32 + 2 * k * L * _F32 + penalties * d * L * _F32 + cache
 
 
+def keeps_best_copy(config: Config) -> bool:
+    """Whether training keeps a copy of the best weights and their Adam moments, to put them back
+    at the end (``training.restore_best``): with validation data (``data.valid``,
+    ``data.valid_fraction``, or the split that ``epochs: auto`` holds out of train), except on
+    the ``epochs: auto`` path that refits on all of train instead (``training.refit``)."""
+    tr, d = config.training, config.data
+    auto = tr.epochs == "auto"
+    has_valid = bool(d.valid) or d.valid_fraction > 0 or auto
+    refit = auto and tr.refit and not d.valid
+    return bool(tr.restore_best and has_valid and not refit)
+
+
 def estimate(config: Config, num_features: int, num_labels: int,
-             sampling: Optional[List[str]] = None, num_points: Optional[int] = None) -> Dict[str, int]:
+             sampling: Optional[List[str]] = None, num_points: Optional[int] = None,
+             best_copy: Optional[bool] = None) -> Dict[str, int]:
     """Bytes needed by a network for this configuration and data shape.
 
     Returns a dict with ``weights`` (weights and biases: float32, or bfloat16 weights on layers
@@ -111,7 +124,10 @@ def estimate(config: Config, num_features: int, num_labels: int,
     ``centroid_weight`` is 0), ``label_vectors`` (an upper bound for the ridge label vectors
     that ``centroid_kind: auto`` or ``ridge`` builds and tries while training, from
     ``num_points`` training points when given, else from the largest problem the gate admits)
-    and ``total``. ``sampling`` is the resolved
+    ``best_copy`` (the copy of the weights and moments of the best validation evaluation that
+    ``training.restore_best`` keeps: the size of ``weights`` and ``adam``, or 0; whether it is
+    kept is ``best_copy``, or when None :func:`keeps_best_copy` of the configuration) and
+    ``total``. ``sampling`` is the resolved
     per-layer choice (``"dense"``/``"lsh"``); by default a layer counts as LSH when configured
     ``lsh``, and ``auto`` counts as LSH (the larger of the two for the hash tables).
     """
@@ -168,20 +184,23 @@ def estimate(config: Config, num_features: int, num_labels: int,
         centroid_bytes = int(num_features) * sizes[-1] * _F32
     out = {"weights": weights, "adam": adam, "gradients": gradients, "hash_tables": tables, "batch": batch,
            "centroids": centroid_bytes,
-           "label_vectors": _label_vector_bytes(config, num_features, num_labels, num_points)}
+           "label_vectors": _label_vector_bytes(config, num_features, num_labels, num_points),
+           "best_copy": weights + adam if (keeps_best_copy(config) if best_copy is None else best_copy) else 0}
     out["total"] = sum(out.values())
     return out
 
 
 def check_fits(config: Config, num_features: int, num_labels: int,
                sampling: Optional[List[str]] = None, available: Optional[int] = None,
-               headroom: float = 0.9, num_points: Optional[int] = None) -> Dict[str, int]:
+               headroom: float = 0.9, num_points: Optional[int] = None,
+               best_copy: Optional[bool] = None) -> Dict[str, int]:
     """Return :func:`estimate`, or raise MemoryError when it exceeds ``headroom`` x available RAM.
 
     ``available`` defaults to ``psutil.virtual_memory().available``. The message gives the
     estimate by part and the available memory, so the user knows which setting to shrink.
     """
-    est = estimate(config, num_features, num_labels, sampling=sampling, num_points=num_points)
+    est = estimate(config, num_features, num_labels, sampling=sampling, num_points=num_points,
+                   best_copy=best_copy)
     if available is None:
         import psutil
 
@@ -194,5 +213,7 @@ def check_fits(config: Config, num_features: int, num_labels: int,
             f"of memory is available; use fewer labels per model, a smaller hidden layer, "
             f"fewer hash tables (lsh.L) or a smaller training.batch_size"
             + (f"; layers.{len(config.layers) - 1}.centroid_kind: mean saves the label vectors' "
-               f"{format_bytes(est['label_vectors'])}" if est["label_vectors"] else ""))
+               f"{format_bytes(est['label_vectors'])}" if est["label_vectors"] else "")
+            + (f"; training.restore_best: false saves the copy of the best weights, "
+               f"{format_bytes(est['best_copy'])}" if est["best_copy"] else ""))
     return est

@@ -244,21 +244,25 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
         return f"slide.Network({shape}, epoch={self.epoch}, step={self.step})"
 
     # ------------------------------------------------------------------ engine
-    def _build(self, num_features: int, num_labels: int, num_points: Optional[int] = None) -> None:
+    def _build(self, num_features: int, num_labels: int, num_points: Optional[int] = None,
+               best_copy: Optional[bool] = None) -> None:
         """Creates the engine after checking that it fits in memory (with the ridge label vectors
-        that training may build from ``num_points`` points; see slide.memory.estimate)."""
+        that training may build from ``num_points`` points, and the copy of the best weights when
+        ``best_copy``, None: as the configuration implies; see slide.memory.estimate)."""
         core = _core_module()
         cfg = self.config.copy()
         requested = [layer.sampling for layer in cfg.layers]
         sampling = choose_sampling(cfg, num_labels)
         sizes = _memory.layer_sizes(cfg, num_labels)
         if self._comm is None:
-            _memory.check_fits(cfg, num_features, num_labels, sampling=sampling, num_points=num_points)
+            _memory.check_fits(cfg, num_features, num_labels, sampling=sampling, num_points=num_points,
+                               best_copy=best_copy)
         else:   # this rank holds the hidden layers and its share of the labels
             from .distributed import shard_range
 
             begin, end = shard_range(num_labels, self.ranks, self.rank)
-            _memory.check_fits(cfg, num_features, end - begin, sampling=sampling, num_points=num_points)
+            _memory.check_fits(cfg, num_features, end - begin, sampling=sampling, num_points=num_points,
+                               best_copy=best_copy)
         for layer, size, s in zip(cfg.layers, sizes, sampling):
             layer.size = size
             layer.sampling = s
@@ -444,7 +448,11 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
                              "epochs='auto'; give a number of epochs to train this network further")
         ensemble = _ensemble.requested(self, auto)
         split = self._split_train_valid(train, valid, auto and self._phase != "refit")
-        self._ensure_built(split.num_features, split.num_labels, int(split.X_all.shape[0]))
+        refit = auto and tr.refit and split.held_out_of_train
+        # a copy of the best weights (and Adam state) is kept only when it will be put back
+        self._snapshot_best = tr.restore_best and not refit
+        self._ensure_built(split.num_features, split.num_labels, int(split.X_all.shape[0]),
+                           best_copy=self._snapshot_best and split.Xv is not None)
         if auto and ensemble != 1 and (ensemble is not None or _ensemble.may_merge(self, split.X)):
             copy = True   # the other networks of the ensemble read train as it was given
         data = self._prepare_arrays(split, test, copy)
@@ -469,9 +477,6 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
         self.history = history
         if auto and self._phase == "train":
             self._phase = "search"
-        refit = auto and tr.refit and split.held_out_of_train
-        # a copy of the best weights (and Adam state) is kept only when it will be put back
-        self._snapshot_best = tr.restore_best and not refit
         # centroid_weight auto: chosen on the validation logits of the search's best epoch, at
         # each new best (the centroids of the points searched on, built now), as the refit or
         # restore_best will have that network
@@ -557,9 +562,9 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
         vrows, trows = np.sort(perm[:n_valid]), np.sort(perm[n_valid:])
         return _Split(X[trows], Y[trows], X, Y, X[vrows], Y[vrows], nf, nl, held_out_of_train=True)
 
-    def _ensure_built(self, nf: int, nl: int, n: Optional[int] = None) -> None:
+    def _ensure_built(self, nf: int, nl: int, n: Optional[int] = None, best_copy: Optional[bool] = None) -> None:
         if self._core is None:
-            self._build(nf, nl, n)
+            self._build(nf, nl, n, best_copy)
             return
         if nf > self.num_features:
             raise ValueError(f"train: {nf} features, but the network was built for {self.num_features}")

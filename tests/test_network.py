@@ -481,6 +481,28 @@ def test_early_stopping_restores_best_epoch(data):
     assert hist.restored_best
 
 
+def test_the_copy_of_the_best_weights_is_written_over_in_place(data):
+    """restore_best keeps one copy of the best weights and moments, overwritten at each new best
+    (a second copy beside it would hold the model three times at its peak), and puts it back."""
+    train, test = data
+    arrays, best = [], {}
+
+    class Watch(callbacks.Callback):
+        def on_evaluate(self, net, rec):
+            if net._best_step == net.step:   # a new best validation P@1
+                arrays.append({k: id(v) for k, v in net._best_params.items()})
+                best.update({k: np.array(v) for k, v in net._core.parameters().items()})
+
+    net = small(epochs=10, lr=0.03, patience=0)
+    hist = net.fit(train, valid=test, callbacks=[Watch()])
+    assert len(arrays) >= 3 and all(a == arrays[0] for a in arrays)
+    assert hist.best_epoch < 10 and hist.restored_best    # the last epoch was not the best
+    now = net._core.parameters()
+    assert sorted(now) == sorted(best)
+    for k in best:
+        np.testing.assert_array_equal(now[k], best[k], err_msg=k)
+
+
 def test_held_out_validation_fraction(data):
     train, _ = data
     net = small(epochs=1, valid_fraction=0.2)
@@ -675,7 +697,10 @@ def test_checkpoint_callback_auto_skips_epoch_ends_while_writing_is_costly(data,
 def test_memory_estimate_and_check():
     cfg = Network(hidden=128).config
     est = slide.memory.estimate(cfg, 100_000, 670_000)
-    assert set(est) == {"weights", "adam", "gradients", "hash_tables", "batch", "centroids", "label_vectors", "total"}
+    assert set(est) == {"weights", "adam", "gradients", "hash_tables", "batch", "centroids", "label_vectors",
+                        "best_copy", "total"}
+    # epochs auto refits on all of train: no copy of the best weights is kept
+    assert est["best_copy"] == 0
     # centroid_weight auto on a wide layer: at most 32 entries a label (slide.centroids), and each
     # thread's scratch of a float and a byte a label for the pools (slide._core.label_pools)
     threads = slide._core.default_threads()
@@ -694,6 +719,38 @@ def test_memory_estimate_and_check():
     assert dense["gradients"] == 4 * (100_000 + 128 * 670_000 + 670_000)
     with pytest.raises(MemoryError, match=r"needs about .* only 1.0 MiB of memory is available"):
         slide.memory.check_fits(Config(), 100_000, 670_000, available=1 << 20)
+
+
+@pytest.mark.parametrize("training, data, kept", [
+    ({"epochs": 5}, {}, False),                                   # no validation data
+    ({"epochs": 5}, {"valid_fraction": 0.1}, True),               # restore_best with a split
+    ({"epochs": 5}, {"valid": "valid.txt"}, True),
+    ({"epochs": 5, "restore_best": False}, {"valid_fraction": 0.1}, False),
+    ({}, {}, False),                                              # epochs auto: refit on all of train
+    ({"refit": False}, {}, True),                                 # ... or keep the search's best
+    ({}, {"valid": "valid.txt"}, True),                           # a validation file: no refit
+])
+def test_memory_estimate_counts_the_copy_of_the_best_weights(training, data, kept):
+    cfg = Config.from_dict({"training": training, "data": data})
+    est = slide.memory.estimate(cfg, 50_000, 20_000)
+    assert slide.memory.keeps_best_copy(cfg) is kept
+    assert est["best_copy"] == (est["weights"] + est["adam"] if kept else 0)
+    assert est["total"] == sum(v for k, v in est.items() if k != "total")
+    if kept:
+        with pytest.raises(MemoryError, match=r"training.restore_best: false saves the copy of the best weights"):
+            slide.memory.check_fits(cfg, 50_000, 20_000, available=1 << 20)
+
+
+def test_fit_checks_memory_with_the_copy_of_the_best_weights(data, monkeypatch):
+    """fit sizes the copy from what it knows: a validation set given to fit keeps one."""
+    seen = []
+    check = slide.memory.check_fits
+    monkeypatch.setattr(slide.memory, "check_fits", lambda *a, **kw: seen.append(kw["best_copy"]) or check(*a, **kw))
+    train, test = data
+    small(epochs=1).fit(train, valid=test)
+    small(epochs=1).fit(train)
+    small(epochs=1, restore_best=False).fit(train, valid=test)
+    assert seen == [True, False, False]
 
 
 @pytest.mark.parametrize("num_labels", [50, 30_000])
