@@ -456,6 +456,10 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
         if auto and ensemble != 1 and (ensemble is not None or _ensemble.may_merge(self, split.X)):
             copy = True   # the other networks of the ensemble read train as it was given
         data = self._prepare_arrays(split, test, copy)
+        if data.valid is None:
+            # no validation data in this call: a copy of the best weights that an earlier call kept
+            # is not this training's best, and restore_best would put back those older weights
+            self._best_params = None
         if self._comm is not None:
             from .distributed import check_agreement, data_digest
 

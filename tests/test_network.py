@@ -503,6 +503,21 @@ def test_the_copy_of_the_best_weights_is_written_over_in_place(data):
         np.testing.assert_array_equal(now[k], best[k], err_msg=k)
 
 
+@pytest.mark.parametrize("first", [dict(epochs=3), dict(epochs="auto", refit=False, max_epochs=3, ensemble=1)])
+def test_training_on_without_validation_keeps_what_it_learns(data, first):
+    """A network whose earlier fit kept a copy of its best weights (restore_best) trains on
+    without validation data: the new epochs change it, and no older copy is put back."""
+    train, test = data
+    net = small(lr=0.03, **first)
+    net.fit(train, valid=test if first["epochs"] == 3 else None)
+    assert net._best_params is not None
+    before = {k: np.array(v) for k, v in net._core.parameters().items()}
+    hist = net.fit(train, epochs=net.epoch + 2)
+    assert not hist.restored_best and net._best_params is None
+    after = net._core.parameters()
+    assert all(not np.array_equal(after[k], before[k]) for k in ("layers.0.weight", "layers.1.weight"))
+
+
 def test_held_out_validation_fraction(data):
     train, _ = data
     net = small(epochs=1, valid_fraction=0.2)
