@@ -237,7 +237,7 @@ class _EpochLoop:
             self._evals_since_lr_change = 0
             # the copy is written over the previous one: a new copy beside it would hold the
             # weights and moments three times at once (20,000 labels x 1,024 hidden units:
-            # 2.6 GB of peak RSS against 1.7 GB)
+            # 2.6 GB of peak RSS against 1.8 GB)
             if self._snapshot_best:
                 views = self._core.parameters()
                 if not _copy_into(self._best_params, views):

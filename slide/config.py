@@ -182,7 +182,7 @@ class TrainingConfig:
                                         "is many updates and its validation split (up to 5,000 points) is "
                                         "steady; 0 = off", min=0)
     restore_best: bool = _f(True, "after training, restore the weights of the best validation evaluation "
-                                         "(a copy of the weights and Adam moments is kept for it, unless epochs=auto refits)")
+                                  "(a copy of the weights and Adam moments is kept for it, unless epochs=auto refits)")
     shared_negatives: Union[bool, str] = _f("auto", "hash-sampled output layer: score the negatives a batch's "
                                                      "samples share (the batch's labels and one uniform fill) as one "
                                                      "block per batch: true | false | auto (from 65,536 output "

@@ -123,7 +123,7 @@ def estimate(config: Config, num_features: int, num_labels: int,
     centroids, on a narrower one the dense copy they are scored through; 0 when
     ``centroid_weight`` is 0), ``label_vectors`` (an upper bound for the ridge label vectors
     that ``centroid_kind: auto`` or ``ridge`` builds and tries while training, from
-    ``num_points`` training points when given, else from the largest problem the gate admits)
+    ``num_points`` training points when given, else from the largest problem the gate admits),
     ``best_copy`` (the copy of the weights and moments of the best validation evaluation that
     ``training.restore_best`` keeps: the size of ``weights`` and ``adam``, or 0; whether it is
     kept is ``best_copy``, or when None :func:`keeps_best_copy` of the configuration) and
