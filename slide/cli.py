@@ -222,6 +222,8 @@ def cmd_train(args) -> int:
         return EXIT_INTERRUPTED
     if rank != 0:
         return 0
+    if args.resume and summary.get("resumed_from_step") == summary.get("steps") and not args.quiet:
+        _eprint(f"{run.path}: the run had finished; nothing more to train (evaluated and saved again)")
     ks = list(config.eval.k)
     print(f"final ({summary['evaluated_on']}): " + "  ".join(
         f"P@{k} {summary[f'P@{k}']:.4f}" for k in ks if f"P@{k}" in summary))

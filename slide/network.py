@@ -446,6 +446,8 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
         if auto and self._phase == "train" and self.step > 0:
             raise ValueError("fit(epochs='auto') continues only a run that started with "
                              "epochs='auto'; give a number of epochs to train this network further")
+        # a finished epochs=auto run trains nothing more (unless the merge of its ensemble is pending)
+        finished_at = self.step if auto and self._phase == "done" else None
         ensemble = _ensemble.requested(self, auto)
         split = self._split_train_valid(train, valid, auto and self._phase != "refit")
         refit = auto and tr.refit and split.held_out_of_train
@@ -538,6 +540,10 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
         _call(cbs, "on_train_end", self, history)
         if interrupted:
             raise KeyboardInterrupt
+        if finished_at == self.step and not history.ensemble:
+            warnings.warn("fit(epochs='auto'): this network has finished its epochs='auto' training, so "
+                          "nothing more was trained; fit(train, epochs=net.epoch + N) trains it N more "
+                          "epochs, and a new slide.Network trains from scratch", stacklevel=2)
         return history
 
     # The steps of fit, in order.

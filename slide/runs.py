@@ -28,6 +28,7 @@ import math
 import os
 import re
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
@@ -682,8 +683,11 @@ def train_run(config: Config, run: RunDir, *, resume: bool = False, callbacks: I
         ((valid, "valid") if valid is not None else (train, "train"))
     # When the run owns its data, fit may scale the training values in place (one copy of them
     # less) unless the final evaluation reads them again.
-    history = net.fit(train, valid=valid, test=test, callbacks=[recorder, *callbacks],
-                      copy=not owned or eval_set is train)
+    with warnings.catch_warnings():
+        if resume:   # a finished run is evaluated and saved again (the CLI says so)
+            warnings.filterwarnings("ignore", message=r"fit\(epochs='auto'\): this network has finished")
+        history = net.fit(train, valid=valid, test=test, callbacks=[recorder, *callbacks],
+                          copy=not owned or eval_set is train)
     wall_seconds = recorder.elapsed()
     final = net.evaluate(eval_set, k=tuple(config.eval.k))
     _writing(run.model_path, lambda: net.save(run.model_path))  # atomic: temporary file, fsync, rename

@@ -165,6 +165,20 @@ def _load_all(ckpt_dir):
     return loaded
 
 
+def test_resuming_a_finished_run_says_so_and_evaluates_it_again(tmp_path):
+    cfg = write_config(tmp_path / "auto.yaml", epochs="auto", max_epochs=2, ensemble=1, checkpoint_every="auto")
+    out = tmp_path / "run"
+    assert run_cli("train", cfg, "--out", out, "--quiet").returncode == 0
+    before = json.loads((out / "summary.json").read_text())
+    r = run_cli("train", "--resume", out)
+    assert r.returncode == 0, r.stderr
+    assert f"{out}: the run had finished; nothing more to train (evaluated and saved again)" in r.stderr
+    assert "Warning" not in r.stderr     # fit's warning to notebook users is not the CLI's message
+    after = json.loads((out / "summary.json").read_text())
+    assert after["steps"] == after["resumed_from_step"] == before["steps"]
+    assert after["P@1"] == before["P@1"]
+
+
 @pytest.mark.slow
 def test_kill_then_resume_equals_an_uninterrupted_run(tmp_path):
     # checkpoints at epoch ends and every ~0.1 s (mid-epoch), each resumable exactly

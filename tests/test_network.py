@@ -518,6 +518,19 @@ def test_training_on_without_validation_keeps_what_it_learns(data, first):
     assert all(not np.array_equal(after[k], before[k]) for k in ("layers.0.weight", "layers.1.weight"))
 
 
+def test_a_finished_auto_run_says_that_fit_trains_nothing_more(data):
+    train, _ = data
+    net = small(epochs="auto", max_epochs=3, ensemble=1)
+    net.fit(train)
+    step = net.step
+    with pytest.warns(UserWarning, match=r"finished its epochs='auto' training, so nothing more was trained; "
+                                         r"fit\(train, epochs=net.epoch \+ N\)"):
+        hist = net.fit(train)
+    assert net.step == step and not hist.records
+    net.fit(train, epochs=net.epoch + 1)     # a count trains on
+    assert net.step > step
+
+
 def test_held_out_validation_fraction(data):
     train, _ = data
     net = small(epochs=1, valid_fraction=0.2)
