@@ -187,6 +187,8 @@ class _Inference:
         self._require_built("evaluate")
         _check_mode(mode, "evaluate")
         X, Y, _, _ = self._split_xy(data, need_labels=True, what="evaluate")
+        if X.shape[0] == 0:
+            raise ValueError("evaluate: the data has no points; P@k and the other metrics need at least one")
         self._check_features(X, "evaluate")
         self._check_labels(Y, "evaluate")
         return self._evaluate_arrays(self._convert(X, Y), k, mode)

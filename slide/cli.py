@@ -307,6 +307,8 @@ def _load_model_and_data(model: str, data: str, *, labels_needed: bool):
 def cmd_evaluate(args) -> int:
     ks = _parse_ks(args.k)
     net, ds = _load_model_and_data(args.model, args.data, labels_needed=True)
+    if len(ds) == 0:
+        raise ValueError(f"{args.data} holds no data points")
     metrics = {k: float(v) for k, v in net.evaluate(ds, k=tuple(ks), mode=args.mode).items()}
     if net.rank != 0:
         return 0

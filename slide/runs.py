@@ -171,16 +171,20 @@ def load_run_data(config: Config):
     """Load the train / valid / test sets a configuration names (None where not given)."""
     from .data import load_dataset
 
-    def load(path, like=None):
+    def load(key, like=None):
+        path = getattr(config.data, key)
         if not path:
             return None
         # valid/test must fit the training set's dimensions: the reader then names the
         # first offending line of the file instead of a later shape error
         dims = {} if like is None else {"num_features": like.num_features, "num_labels": like.num_labels}
-        return load_dataset(path, format=config.data.format, cache=config.data.cache, **dims)
+        ds = load_dataset(path, format=config.data.format, cache=config.data.cache, **dims)
+        if len(ds) == 0:   # nothing to train on, and P@k of no points would print as 0
+            raise ValueError(f"data.{key}: {path} holds no data points")
+        return ds
 
-    train = load(config.data.train)
-    return train, load(config.data.valid, train), load(config.data.test, train)
+    train = load("train")
+    return train, load("valid", train), load("test", train)
 
 
 # ---------------------------------------------------------------------- checkpoints

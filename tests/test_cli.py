@@ -396,6 +396,8 @@ def _bad_data(tmp_path):
     ("bad_data", r"bad\.txt.*(line )?3"),
     ("too_big", r"memory"),
     ("resume_nothing", r"not a run folder|no checkpoint"),
+    ("empty_test", r"data\.test: .*empty\.txt holds no data points"),
+    ("empty_train", r"data\.train: .*empty\.txt holds no data points"),
 ])
 def test_user_errors_exit_2_with_one_message_and_write_nothing(tmp_path, case, message):
     work = tmp_path / "work"
@@ -419,6 +421,9 @@ def test_user_errors_exit_2_with_one_message_and_write_nothing(tmp_path, case, m
     elif case == "resume_nothing":
         (tmp_path / "empty").mkdir()
         args = ["train", "--resume", tmp_path / "empty"]
+    elif case.startswith("empty_"):
+        (tmp_path / "empty.txt").write_text("0 1836 159\n")
+        args += ["--set", f"data.{case[6:]}={tmp_path / 'empty.txt'}"]
     r = run_cli(*args, cwd=work)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr
@@ -444,6 +449,14 @@ def test_existing_run_folder_is_not_overwritten(trained, tmp_path):
 
 
 # ---------------------------------------------------------------------- evaluate / predict
+
+def test_evaluate_refuses_a_file_without_points(trained, tmp_path):
+    _, out, _ = trained
+    (tmp_path / "empty.txt").write_text("0 1836 159\n")
+    r = run_cli("evaluate", out / "model.slide", tmp_path / "empty.txt")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == f"slide evaluate: error: {tmp_path / 'empty.txt'} holds no data points", r.stderr
+
 
 def test_evaluate_matches_the_run_summary(trained, tmp_path):
     _, out, _ = trained

@@ -531,6 +531,15 @@ def test_a_finished_auto_run_says_that_fit_trains_nothing_more(data):
     assert net.step > step
 
 
+def test_evaluate_needs_points(data):
+    train, _ = data
+    net = small(epochs=1)
+    net.fit(train)
+    with pytest.raises(ValueError, match="evaluate: the data has no points"):
+        net.evaluate((train[0][:0], train[1][:0]))
+    assert net.predict(train[0][:0], k=2)[0].shape == (0, 2)   # predicting nothing is fine
+
+
 def test_held_out_validation_fraction(data):
     train, _ = data
     net = small(epochs=1, valid_fraction=0.2)
