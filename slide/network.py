@@ -450,6 +450,9 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
         finished_at = self.step if auto and self._phase == "done" else None
         ensemble = _ensemble.requested(self, auto)
         split = self._split_train_valid(train, valid, auto and self._phase != "refit")
+        if split.Y_all.nnz == 0:
+            raise ValueError(f"train: none of its {split.X_all.shape[0]} points has a label; there is nothing "
+                             f"to learn")
         refit = auto and tr.refit and split.held_out_of_train
         # a copy of the best weights (and Adam state) is kept only when it will be put back
         self._snapshot_best = tr.restore_best and not refit

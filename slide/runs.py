@@ -181,6 +181,9 @@ def load_run_data(config: Config):
         ds = load_dataset(path, format=config.data.format, cache=config.data.cache, **dims)
         if len(ds) == 0:   # nothing to train on, and P@k of no points would print as 0
             raise ValueError(f"data.{key}: {path} holds no data points")
+        if key == "train" and ds.labels.nnz == 0:
+            raise ValueError(f"data.train: none of the {len(ds)} points of {path} has a label; there is "
+                             f"nothing to learn")
         return ds
 
     train = load("train")

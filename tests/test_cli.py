@@ -398,6 +398,7 @@ def _bad_data(tmp_path):
     ("resume_nothing", r"not a run folder|no checkpoint"),
     ("empty_test", r"data\.test: .*empty\.txt holds no data points"),
     ("empty_train", r"data\.train: .*empty\.txt holds no data points"),
+    ("unlabelled_train", r"data\.train: none of the 3 points of .*unlabelled\.txt has a label"),
 ])
 def test_user_errors_exit_2_with_one_message_and_write_nothing(tmp_path, case, message):
     work = tmp_path / "work"
@@ -421,6 +422,9 @@ def test_user_errors_exit_2_with_one_message_and_write_nothing(tmp_path, case, m
     elif case == "resume_nothing":
         (tmp_path / "empty").mkdir()
         args = ["train", "--resume", tmp_path / "empty"]
+    elif case == "unlabelled_train":
+        (tmp_path / "unlabelled.txt").write_text("3 1836 159\n 1:1\n 2:1\n 7:0.5\n")
+        args += ["--set", f"data.train={tmp_path / 'unlabelled.txt'}"]
     elif case.startswith("empty_"):
         (tmp_path / "empty.txt").write_text("0 1836 159\n")
         args += ["--set", f"data.{case[6:]}={tmp_path / 'empty.txt'}"]

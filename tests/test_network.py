@@ -531,6 +531,12 @@ def test_a_finished_auto_run_says_that_fit_trains_nothing_more(data):
     assert net.step > step
 
 
+def test_training_data_without_a_label_is_refused(data):
+    train, _ = data
+    with pytest.raises(ValueError, match="train: none of its 450 points has a label; there is nothing to learn"):
+        small(epochs=1).fit((train[0], sp.csr_matrix(train[1].shape, dtype=np.float32)))
+
+
 def test_evaluate_needs_points(data):
     train, _ = data
     net = small(epochs=1)
