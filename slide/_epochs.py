@@ -163,11 +163,15 @@ class _EpochLoop:
             self._train_seconds += init_output_centroids(self, arrays)
 
     def _restore_best(self, history: History) -> None:
+        """restore_best at the end of a fit: the best weights back, and their copy freed (the
+        network holds them now; a later fit with validation data copies them again)."""
         tr = self.config.training
         if tr.restore_best and self._best_params is not None:
             if self._best_step != self.step:
                 self._set_parameters(self._best_params)
             history.restored_best = True
+            self._best_params = None
+            self._weights_are_best = True
 
     def _eval_subset(self, arrays: Optional[_Arrays]) -> Optional[_Arrays]:
         m = self.config.training.eval_samples

@@ -169,6 +169,7 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
         self._evals_since_best = 0
         self._evals_since_lr_change = 0
         self._snapshot_best = True    # fit decides: whether the best weights will be needed
+        self._weights_are_best = False   # restore_best put them back, and nothing trained since
         self._lr_scale = 1.0          # plateau schedule: product of the reductions so far
         self._lr_trace: List[float] = []  # epochs=auto: the search's learning rate per epoch
         self._phase = "train"         # train (fixed epochs) | search | refit | done (epochs=auto)
@@ -465,6 +466,11 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
             # no validation data in this call: a copy of the best weights that an earlier call kept
             # is not this training's best, and restore_best would put back those older weights
             self._best_params = None
+        elif self._weights_are_best and self._snapshot_best:
+            # an earlier call put its best weights back and freed their copy: the copy again, so
+            # that this call puts them back too unless it trains better ones
+            self._best_params = {k: np.array(v, copy=True) for k, v in self._core.parameters().items()}
+        self._weights_are_best = False
         if self._comm is not None:
             from .distributed import check_agreement, data_digest
 

@@ -47,6 +47,7 @@ def state_meta(net) -> Dict[str, Any]:
         "best_step": net._best_step,
         "best_epoch": net._best_epoch,
         "evals_since_best": net._evals_since_best,
+        "weights_are_best": net._weights_are_best,
         "schedule": {"phase": net._phase, "lr_scale": net._lr_scale, "lr_trace": net._lr_trace,
                      "refit_epochs": net._refit_epochs, "step_offset": net._step_offset,
                      "evals_since_lr_change": net._evals_since_lr_change},
@@ -466,6 +467,7 @@ def _restore(cls, path: str, meta: Dict[str, Any], data: Dict[str, np.ndarray], 
         restore_schedule(net, meta.get("schedule"))
         best = {k[len("best/"):]: v for k, v in data.items() if k.startswith("best/")}
         net._best_params = best or None
+        net._weights_are_best = bool(meta.get("weights_are_best", False))
         net._idf = data.get("idf")
         if ("feature_mean" in data) != ("feature_scale" in data):
             raise ValueError("feature standardization: one of feature_mean and feature_scale is missing")

@@ -509,13 +509,33 @@ def test_training_on_without_validation_keeps_what_it_learns(data, first):
     without validation data: the new epochs change it, and no older copy is put back."""
     train, test = data
     net = small(lr=0.03, **first)
-    net.fit(train, valid=test if first["epochs"] == 3 else None)
-    assert net._best_params is not None
+    hist = net.fit(train, valid=test if first["epochs"] == 3 else None)
+    assert hist.restored_best and net._best_params is None   # the copy is freed once put back
     before = {k: np.array(v) for k, v in net._core.parameters().items()}
     hist = net.fit(train, epochs=net.epoch + 2)
     assert not hist.restored_best and net._best_params is None
     after = net._core.parameters()
     assert all(not np.array_equal(after[k], before[k]) for k in ("layers.0.weight", "layers.1.weight"))
+
+
+def test_the_best_weights_are_kept_across_fits_without_a_copy_in_between(data, tmp_path):
+    """After restore_best the network holds its best weights and no copy of them (nor does its
+    file); a later fit with validation data that trains nothing better puts them back."""
+    train, test = data
+    net = small(epochs=10, lr=0.03, patience=0)
+    first = net.fit(train, valid=test)
+    assert first.restored_best and first.best_epoch < 10 and net._best_params is None
+    best = {k: np.array(v) for k, v in net._core.parameters().items()}
+    path = tmp_path / "best.npz"
+    net.save(path)
+    with zipfile.ZipFile(path) as z:
+        assert not [n for n in z.namelist() if n.startswith("best/")]
+    for again in (net, Network.load(path)):
+        hist = again.fit(train, valid=test, epochs=again.epoch + 2)
+        assert hist.best_epoch == first.best_epoch and hist.restored_best    # no better epoch
+        now = again._core.parameters()
+        for k in best:
+            np.testing.assert_array_equal(now[k], best[k], err_msg=k)
 
 
 def test_a_finished_auto_run_says_that_fit_trains_nothing_more(data):
