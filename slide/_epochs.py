@@ -173,6 +173,15 @@ class _EpochLoop:
             self._best_params = None
             self._weights_are_best = True
 
+    def _copy_best_weights(self) -> None:
+        """The copy of the weights and Adam moments that restore_best puts back, written over the
+        previous copy: a new copy beside it would hold the model state three times at once
+        (20,000 labels x 1,024 hidden units: 2.6 GB of peak RSS against 1.8 GB)."""
+        views = self._core.parameters()
+        if not _copy_into(self._best_params, views):
+            self._best_params = None
+            self._best_params = {k: np.array(v, copy=True) for k, v in views.items()}
+
     def _eval_subset(self, arrays: Optional[_Arrays]) -> Optional[_Arrays]:
         m = self.config.training.eval_samples
         if arrays is None or not m or arrays.n <= m:
@@ -239,14 +248,8 @@ class _EpochLoop:
             self._best_score, self._best_step, self._best_epoch = score, self.step, epoch
             self._evals_since_best = 0
             self._evals_since_lr_change = 0
-            # the copy is written over the previous one: a new copy beside it would hold the
-            # weights and moments three times at once (20,000 labels x 1,024 hidden units:
-            # 2.6 GB of peak RSS against 1.8 GB)
             if self._snapshot_best:
-                views = self._core.parameters()
-                if not _copy_into(self._best_params, views):
-                    self._best_params = None
-                    self._best_params = {k: np.array(v, copy=True) for k, v in views.items()}
+                self._copy_best_weights()
             return True
         self._evals_since_best += 1
         self._evals_since_lr_change += 1

@@ -469,7 +469,7 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
         elif self._weights_are_best and self._snapshot_best:
             # an earlier call put its best weights back and freed their copy: the copy again, so
             # that this call puts them back too unless it trains better ones
-            self._best_params = {k: np.array(v, copy=True) for k, v in self._core.parameters().items()}
+            self._copy_best_weights()
         self._weights_are_best = False
         if self._comm is not None:
             from .distributed import check_agreement, data_digest
