@@ -153,6 +153,7 @@ class _EpochLoop:
         if self._centroid_weight:   # the refit's label centroids: all of train's
             self._build_centroids(data.full)
         self._phase = "refit"
+        self._progress_total_samples = self._refit_epochs * data.full.n
         self.stop_training = False
         log.info("epochs=auto: best validation P@1 %.4f after %s epochs; refitting on all %d "
                  "training points", self._best_score or float("nan"), best, data.full.n)

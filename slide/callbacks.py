@@ -45,48 +45,110 @@ class Callback:
 
 
 class ProgressBar(Callback):
-    """A tqdm bar over the samples of the run, showing samples/s, the running loss and P@1.
+    """Progress over the samples of the run: samples/s, the running loss, P@1, and an ETA where
+    the length is known.
 
-    ``fit(..., progress=True)`` adds one, and ``slide train`` shows one. The bar writes to
-    stderr (or ``file``) only because the caller asked for it; the library itself never prints.
-    ``leave=False`` clears the bar when training ends; ``disable=True`` shows nothing.
+    ``fit(..., progress=True)`` adds one, and ``slide train`` shows one. It writes to stderr (or
+    ``file``) only because the caller asked for it; the library itself never prints.
+
+    - On a terminal (or in a notebook, ``file=None``) it is a tqdm bar. ``leave=False`` clears it
+      when training ends; ``disable=True`` shows nothing.
+    - To a ``file`` that is not a terminal (a log file, a pipe, a batch job's output), a bar
+      would write a carriage return per update into the file. Instead it writes whole lines:
+      one every ``log_every`` seconds, one when a phase ends and one at the end of training,
+      each ``PHASE: <tqdm's meter>``.
+    - With ``epochs: auto`` the search's length is not known in advance (no total). When it ends,
+      the progress starts again for the refit, whose length is known: percentage and ETA.
     """
 
-    def __init__(self, file=None, smoothing: float = 0.05, *, leave: bool = True, disable: bool = False):
+    def __init__(self, file=None, smoothing: float = 0.05, *, leave: bool = True, disable: bool = False,
+                 log_every: float = 60.0):
         self.file = file
         self.smoothing = smoothing
         self.leave = leave
         self.disable = disable
+        self.log_every = log_every
         self._bar = None
+        self._lines = None        # line mode: [samples, total, phase start, last line written, written at the total]
+        self._phase: Optional[str] = None
         self._loss: Optional[float] = None
         self._last_p1: Optional[float] = None
+        self._epoch = 0
 
     def on_train_begin(self, net) -> None:
+        self._phase = getattr(net, "_phase", None)
+        # samples still to train in this phase of this fit call (a resumed run starts part way)
+        total = getattr(net, "_progress_total_samples", None) or None
+        self._loss = None
+        if not self.disable and self.file is not None and not _is_terminal(self.file):
+            self._lines = [0, total, time.perf_counter(), time.perf_counter(), False]
+            return
         from tqdm.auto import tqdm
 
-        # samples still to train in this fit call (a resumed run starts part way)
-        total = getattr(net, "_progress_total_samples", None) or None
         self._bar = tqdm(total=total, unit="samples", unit_scale=True, file=self.file,
                          smoothing=self.smoothing, dynamic_ncols=True, leave=self.leave,
-                         disable=self.disable)
-        self._loss = None
+                         disable=self.disable, desc=self._desc())
+
+    def _desc(self) -> Optional[str]:
+        return self._phase if self._phase in ("search", "refit") else None
+
+    def _postfix(self) -> Dict[str, str]:
+        post = {"epoch": str(self._epoch), "loss": f"{self._loss:.4f}"} if self._loss is not None else {}
+        if self._last_p1 is not None:
+            post["P@1"] = f"{self._last_p1:.4f}"
+        return post
+
+    def _write_line(self) -> None:
+        from tqdm import tqdm
+
+        n, total, start = self._lines[:3]
+        now = time.perf_counter()
+        meter = tqdm.format_meter(n, total, now - start, ncols=0, unit=" samples", unit_scale=True,
+                                  postfix=", ".join(f"{k}={v}" for k, v in self._postfix().items()) or None)
+        print(f"{self._desc() or 'train'}: {meter.strip()}", file=self.file, flush=True)
+        self._lines[3] = now
+
+    def _new_phase(self, net) -> None:
+        """The search ended and the refit starts: the counter starts again, with the refit's total."""
+        total = getattr(net, "_progress_total_samples", None) or None
+        if self._lines is not None:
+            if not self._lines[4]:
+                self._write_line()                   # where the phase that ended stood
+            self._phase = getattr(net, "_phase", None)
+            self._lines = [0, total, time.perf_counter(), time.perf_counter(), False]
+        else:
+            self._phase = getattr(net, "_phase", None)
+            self._bar.reset(total=total)
+            self._bar.set_description(self._desc(), refresh=False)
 
     def on_batch_end(self, net, step: int, loss: float) -> None:
-        if self._bar is None:
+        if self._bar is None and self._lines is None:
             return
+        if getattr(net, "_phase", None) != self._phase:
+            self._new_phase(net)
         self._loss = loss if self._loss is None else 0.98 * self._loss + 0.02 * loss
-        self._bar.update(int(getattr(net, "_last_batch_size", 0)) or net.config.training.batch_size)
+        self._epoch = net.epoch + 1      # the epoch this batch belongs to
+        samples = int(getattr(net, "_last_batch_size", 0)) or net.config.training.batch_size
+        if self._lines is not None:
+            self._lines[0] += samples
+            done = self._lines[1] is not None and self._lines[0] >= self._lines[1]
+            if not self._lines[4] and (done or time.perf_counter() - self._lines[3] >= self.log_every):
+                self._write_line()   # at the total at once: an ensemble trains more networks after it
+                self._lines[4] = done
+            return
+        self._bar.update(samples)
         if step % 10 == 0:
-            post = {"epoch": net.epoch, "loss": f"{self._loss:.4f}"}
-            if self._last_p1 is not None:
-                post["P@1"] = f"{self._last_p1:.4f}"
-            self._bar.set_postfix(post, refresh=False)
+            self._bar.set_postfix(self._postfix(), refresh=False)
 
     def on_evaluate(self, net, record: Dict[str, Any]) -> None:
         if "P@1" in record:
             self._last_p1 = record["P@1"]
 
     def on_train_end(self, net, history) -> None:
+        if self._lines is not None:
+            if not self._lines[4]:
+                self._write_line()
+            self._lines = None
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -97,6 +159,13 @@ class ProgressBar(Callback):
             self._bar.write(line, file=file or sys.stdout)
         else:
             print(line, file=file or sys.stdout, flush=True)
+
+
+def _is_terminal(file) -> bool:
+    try:
+        return bool(file.isatty())
+    except (AttributeError, ValueError, OSError):   # no isatty, or a closed file
+        return False
 
 
 # Checkpoints every "auto" epochs (training.checkpoint_every, Checkpoint): the most of a run's

@@ -8,7 +8,9 @@ status 2 and one message line; ``--debug`` shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import re
 import sys
@@ -141,15 +143,21 @@ def _describe_network(net) -> str:
     return " -> ".join(parts)
 
 
+# slide train: seconds between progress lines when stderr is not a terminal (a log file)
+PROGRESS_LINE_SECONDS = 30.0
+
+
 def _make_progress(quiet: bool):
     from .callbacks import ProgressBar
 
     class Progress(ProgressBar):
-        """The library's bar on stderr (samples/s, loss, ETA), cleared at the end; the network
-        line and the metric lines go above it on stdout."""
+        """The library's bar on stderr (samples/s, loss, ETA), cleared at the end, or its lines
+        where stderr is not a terminal; the network line and the metric lines go above it on
+        stdout."""
 
         def __init__(self):
-            super().__init__(file=sys.stderr, smoothing=0.1, leave=False, disable=quiet)
+            super().__init__(file=sys.stderr, smoothing=0.1, leave=False, disable=quiet,
+                             log_every=PROGRESS_LINE_SECONDS)
             self.described = False
 
         def on_train_begin(self, net):
@@ -163,6 +171,33 @@ def _make_progress(quiet: bool):
                 super().write(line, file)
 
     return Progress()
+
+
+@contextlib.contextmanager
+def _phase_lines(progress, quiet: bool):
+    """The library's INFO messages as lines above the progress bar while ``slide train`` runs:
+    each learning rate searched, the refit starting, each network of an ensemble, the merge and
+    the standardization vote. Those phases are most of a small set's run (scene: 20 of 25 s)
+    and would pass without a line. Checkpoint writes are left out (the run folder lists them)."""
+    if quiet:
+        yield
+        return
+    logger = logging.getLogger("slide")
+
+    class Lines(logging.Handler):
+        def emit(self, record):
+            if record.levelno == logging.INFO and not record.module == "callbacks":
+                progress.write(record.getMessage())
+
+    handler, level = Lines(logging.INFO), logger.level
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def cmd_train(args) -> int:
@@ -211,9 +246,10 @@ def cmd_train(args) -> int:
         _eprint(f"run folder: {run.path}")
     progress = _make_progress(args.quiet)
     try:
-        summary = runs.train_run(config, run, resume=bool(args.resume), callbacks=[progress],
-                                 on_record=lambda rec: progress.write(_metric_line(rec)), data=data,
-                                 comm=comm, data_owned=True)
+        with _phase_lines(progress, args.quiet):
+            summary = runs.train_run(config, run, resume=bool(args.resume), callbacks=[progress],
+                                     on_record=lambda rec: progress.write(_metric_line(rec)), data=data,
+                                     comm=comm, data_owned=True)
     except KeyboardInterrupt:
         # fit wrote a checkpoint of the interrupted state (on_train_end) before re-raising
         if getattr(args, "debug", False):

@@ -501,9 +501,11 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
         # the centroids of the points this phase trains on (all of train in a refit)
         if (self._centroid_weight or self._choose_at_best) and self._centroids is None and self._ridge is None:
             self._build_centroids(data.full if self._phase == "refit" else data.fit)
-        # epochs=auto: how long the search runs is not known in advance (no total on the bar)
-        self._progress_total_samples = (self._remaining_samples(data.fit, epochs) if not auto
-                                        else None)
+        # epochs=auto: how long the search runs is not known in advance (no total on the bar);
+        # the refit's length is (_start_refit sets it when the search ends)
+        self._progress_total_samples = (self._remaining_samples(data.fit, epochs) if not auto else
+                                        self._remaining_samples(data.full, self._refit_epochs)
+                                        if self._phase == "refit" else None)
         interrupted = False
         _call(cbs, "on_train_begin", self)
         try:

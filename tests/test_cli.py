@@ -118,6 +118,32 @@ def test_progress_bar_and_metric_lines(trained):
     assert r.stdout.splitlines()[0] == "network: 1836 features -> 64 relu (dense) -> 159 softmax (dense)"
 
 
+def test_train_narrates_epochs_auto_and_writes_progress_lines_to_a_log(tmp_path):
+    """stderr is a pipe here, as in a batch job's log: progress comes as whole lines (no carriage
+    returns); the phases that print no metric line (each rate searched, the refit, each network
+    of an ensemble, the merge) are said on stdout."""
+    cfg = write_config(tmp_path / "auto.yaml", epochs="auto", max_epochs=3, patience=2, ensemble=2)
+    raw = yaml.safe_load(cfg.read_text())
+    raw["optimizer"]["lr_search"] = [2.0]
+    cfg.write_text(yaml.safe_dump(raw))
+    r = run_cli("train", cfg, "--out", tmp_path / "run", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "\r" not in r.stderr
+    progress = [l for l in r.stderr.splitlines() if l.startswith(("search: ", "refit: "))]
+    assert progress[0].startswith("search: ") and "samples/s" in progress[0]
+    assert any(l.startswith("refit: 100% ") for l in progress)   # the refit's length is known
+    out = r.stdout.splitlines()
+    said = [l for l in out if l.startswith(("epochs=auto: ", "ensemble: ", "label-centroid weight "))]
+    assert re.fullmatch(r"epochs=auto: lr 0\.02: best validation P@1 0\.\d{4} after \d+ epochs", said[0])
+    assert any(re.fullmatch(r"epochs=auto: best validation P@1 0\.\d{4} after \d+ epochs; refitting on all "
+                            r"4880 training points", l) for l in said)
+    assert "ensemble: network 1 of 2 done (seed 3); training 1 more" in said
+    assert any(l.startswith("ensemble: network 2 of 2 (seed 1003): best validation P@1 ") for l in said)
+    assert said[-1] == "ensemble: 2 networks merged into one of hidden sizes [128]"
+    assert out.index(said[-1]) < next(i for i, l in enumerate(out) if l.startswith("final (test): "))
+    assert not any("checkpoint written" in l for l in out)
+
+
 def test_train_without_config_uses_the_bundled_bibtex_config(tmp_path):
     r = run_cli("train", "--set", "training.epochs=1", "--set", "training.threads=1", "--quiet", cwd=tmp_path)
     assert r.returncode == 0, r.stderr

@@ -883,6 +883,52 @@ def test_progress_bar_reports_samples_and_loss(data):
     assert "450/450" in text and "loss" in text
 
 
+def test_progress_to_a_file_is_whole_lines_with_the_refit_total(data):
+    """A log file gets lines, not a bar's carriage returns; epochs=auto shows the search, then
+    the refit with its known total (an ETA)."""
+    import io
+
+    from tqdm import tqdm
+
+    train, _ = data
+    out = io.StringIO()   # not a terminal
+    net = Network({"optimizer": {"lr_search": []}}, hidden=32, batch_size=32, lr=0.01, threads=1, seed=3,
+                  epochs="auto", max_epochs=6, patience=2, ensemble=1)
+    net.fit(train, callbacks=[callbacks.ProgressBar(file=out, log_every=0.0)])
+    text = out.getvalue()
+    assert "\r" not in text and text.endswith("\n")
+    lines = text.splitlines()
+    phases = [line.split(":")[0] for line in lines]
+    assert phases[0] == "search" and phases[-1] == "refit"
+    assert phases == sorted(phases, key=["search", "refit"].index)   # the search's lines, then the refit's
+    assert all("samples/s" in line for line in lines)
+    total = tqdm.format_sizeof(net.history.refit_epochs * 450)    # 2.70k
+    assert "%" not in lines[0] and f" 100% {total}/{total} [" in lines[-1]
+    assert sum(f"/{total} [" in line for line in lines) == sum(p == "refit" for p in phases)
+    # at the refit's total it writes its last line at once, and nothing more at the end of training
+    assert lines.count(lines[-1]) == 1
+
+
+def test_progress_to_a_file_writes_a_line_every_log_every_seconds(data, monkeypatch):
+    import io
+
+    train, _ = data
+    clock = [0.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: clock[0])
+
+    class Tick(callbacks.Callback):
+        def on_batch_end(self, net, step, loss):
+            clock[0] += 1.0            # each batch takes a second
+
+    out = io.StringIO()
+    small(epochs=2).fit(train, callbacks=[Tick(), callbacks.ProgressBar(file=out, log_every=10.0)])
+    lines = out.getvalue().splitlines()
+    # 15 batches an epoch (14 of 32 samples, one of 2): a line after 10 and 20 s, and at the total
+    assert [line.split(" [")[0] for line in lines] == ["train: 36% 320/900", "train: 68% 610/900",
+                                                       "train: 100% 900/900"]
+    assert "[00:30<00:00" in lines[-1] and "epoch=2" in lines[-1]   # the epoch being trained
+
+
 def test_ctrl_c_during_training_stops_cleanly(data, tmp_path):
     import _thread
     import threading
