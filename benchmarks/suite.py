@@ -7,6 +7,7 @@
     python benchmarks/suite.py --table-only                     # reprint from results/suite.json
     python benchmarks/suite.py --seeds 0,1,2,3,4 --sets yeast   # every system once per seed
     python benchmarks/suite.py --sets derived                   # sets derived from them (derived.py)
+    python benchmarks/suite.py --sets generated                 # generated sets of two public shapes
     python benchmarks/suite.py --sets scene --merge             # rerun one set, keep the others' rows
     python benchmarks/suite.py --systems slide --merge          # rerun slide, keep the peers' rows
 
@@ -15,7 +16,8 @@ Data: the 12 sets of ``../shared/datasets`` (Bibtex and Delicious from the proje
 the sets of ``benchmarks/derived.py``, built from those (tiny subsamples of their training
 files, a 4,000-label text task, dense features), in regimes the 12 do not cover; results in
 ``benchmarks/results/suite_derived.json`` (with ``--seeds``: ``suite_derived_seeds.json``), also
-when only some of them are named (``--sets densercv``).
+when only some of them are named (``--sets densercv``). ``--sets generated``: two generated sets
+at the full size of EUR-Lex-4K and Mediamill (derived.py), results in ``suite_generated.json``.
 
 Systems, each run as a user would run it, in a fresh process of its own (so that peak RSS is
 the system's own), with the same number of threads (``--threads``, default 2):
@@ -79,7 +81,7 @@ TORCH_EPOCHS = 13
 
 
 def data_paths(name: str):
-    if name in derived.DERIVED:   # built from the shared sets (benchmarks/derived.py)
+    if name in derived.DERIVED + derived.GENERATED:   # built from the shared sets, or generated (derived.py)
         return derived.paths(name, data_paths)
     shipped = ROOT / "datasets" / name
     folder = shipped if (shipped / "train.txt").exists() else SHARED / name
@@ -186,8 +188,10 @@ def run_isolated(system: str, name: str, threads: int, python: str, timeout: flo
 
 
 def _set_names(sets: str):
-    """``--sets``: comma-separated names, ``derived`` standing for the sets of derived.py."""
-    return [n for part in sets.split(",") for n in (derived.DERIVED if part == "derived" else [part])]
+    """``--sets``: comma-separated names, ``derived`` and ``generated`` standing for those sets of
+    derived.py."""
+    groups = {"derived": derived.DERIVED, "generated": derived.GENERATED}
+    return [n for part in sets.split(",") for n in groups.get(part, [part])]
 
 
 def merge_rows(old, new):
@@ -248,7 +252,8 @@ def format_seeds_table(rows) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", default=",".join(SETS),
-                    help="comma-separated set names; 'derived' = the sets of benchmarks/derived.py")
+                    help="comma-separated set names; 'derived' and 'generated' = those sets of "
+                         "benchmarks/derived.py")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--pecos-python", default=os.environ.get("SLIDE_PECOS_PYTHON"),
@@ -270,8 +275,9 @@ def main(argv=None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [None]
     names = _set_names(args.sets)
     if args.out == str(RESULTS):   # the default file of these sets and seeds
-        # sets of benchmarks/derived.py alone (--sets derived, or some by name) have their own file
-        stem = "suite" + ("_derived" if all(n in derived.DERIVED for n in names) else "") \
+        # sets of benchmarks/derived.py alone (--sets derived or generated, or some by name) have their own file
+        stem = "suite" + ("_derived" if all(n in derived.DERIVED for n in names) else
+                          "_generated" if all(n in derived.GENERATED for n in names) else "") \
             + ("_seeds" if args.seeds else "")
         args.out = str(RESULTS.with_name(stem + ".json"))
     fmt = format_seeds_table if args.seeds else format_table

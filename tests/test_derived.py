@@ -55,6 +55,23 @@ def test_words4k_has_the_documented_shape_and_labels_disjoint_from_features(tmp_
     assert copies.sum() <= 40
 
 
+def test_generated_sets_have_the_shapes_of_eurlex4k_and_mediamill(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLIDE_CACHE_DIR", str(tmp_path))
+    suite = benchmark_module("suite")
+    assert suite._set_names("generated") == ["gen-eurlex4k", "gen-mediamill"]
+    tr, te = (slide.load_dataset(p, cache=False) for p in suite.data_paths("gen-eurlex4k"))
+    assert tr.features.shape == (15539, 5000) and te.features.shape == (3809, 5000) and tr.num_labels == 3993
+    assert 5.0 < tr.labels.nnz / 15539 < 5.6 and 200 < tr.features.nnz / 15539 < 250
+    tr, te = (slide.load_dataset(p, cache=False) for p in suite.data_paths("gen-mediamill"))
+    assert tr.features.shape == (30993, 120) and te.features.shape == (12914, 120) and tr.num_labels == 101
+    assert tr.features.nnz == 30993 * 120    # dense real-valued: the default standardizes it
+    assert slide.scaling.wants_standardize("auto", tr.features)
+    # the same rows on a second build
+    monkeypatch.setenv("SLIDE_CACHE_DIR", str(tmp_path / "again"))
+    again = slide.load_dataset(suite.data_paths("gen-mediamill")[0], cache=False)
+    assert abs(again.features - tr.features).max() == 0 and (again.labels != tr.labels).nnz == 0
+
+
 def test_suite_merge_replaces_the_rows_of_the_sets_and_systems_run_again():
     suite = benchmark_module("suite")
     old = [{"set": "scene", "system": "slide", "P@1": 0.1, "seed": 0}, {"set": "yeast", "system": "slide", "P@1": 0.2},
