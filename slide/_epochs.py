@@ -13,6 +13,7 @@ import numpy as np
 
 from . import centroids as _centroids
 from ._arrays import _Arrays, _FitData, _Meter
+from .config import monitor_k
 from .history import History
 from .output_init import init_output_centroids
 
@@ -155,8 +156,9 @@ class _EpochLoop:
         self._phase = "refit"
         self._progress_total_samples = self._refit_epochs * data.full.n
         self.stop_training = False
-        log.info("epochs=auto: best validation P@1 %.4f after %s epochs; refitting on all %d "
-                 "training points", self._best_score or float("nan"), best, data.full.n)
+        log.info("epochs=auto: best validation %s %.4f after %s epochs; refitting on all %d "
+                 "training points", self.config.training.monitor, self._best_score or float("nan"), best,
+                 data.full.n)
 
     def _init_output_centroids(self, arrays: _Arrays) -> None:
         """``init: centroid`` on the output layer (slide.output_init); counts as training time."""
@@ -208,6 +210,7 @@ class _EpochLoop:
         main = None
         # a search books which validation rows its best evaluation ranks right (slide.lr_search)
         hits: Optional[List[np.ndarray]] = [] if self._phase == "search" else None
+        monitor = self.config.training.monitor
         # on a wide layer the label term's choice at a new best starts from the validation rows'
         # best labels: the validation pass keeps them (slide.centroids.choose)
         wide = self.num_labels > _centroids.FULL_LABELS
@@ -217,14 +220,14 @@ class _EpochLoop:
                 continue
             t = time.perf_counter()
             m = self._evaluate_arrays(arrays, self.config.eval.k, hits=hits if name == "valid" else None,
-                                      pool=pool if name == "valid" else None)
+                                      pool=pool if name == "valid" else None, hits_k=monitor_k(monitor))
             if name == "test":
                 self._test_seconds += time.perf_counter() - t
             rec.update({f"{name}/{k}": v for k, v in m.items()})
             main = m if name == "test" or main is None else main
         if main is not None:
             rec.update(main)
-        if valid is not None and self._track_best(rec["valid/P@1"], epoch, history):
+        if valid is not None and self._track_best(rec[f"valid/{monitor}"], epoch, history):
             if hits:
                 self._best_hits = hits[0]
             if self._choose_at_best:

@@ -148,10 +148,11 @@ class _Inference:
 
     def _evaluate_arrays(self, arrays: _Arrays, k, mode: str = "exact",
                          hits: Optional[List[np.ndarray]] = None,
-                         pool: Optional[List[np.ndarray]] = None) -> Dict[str, float]:
+                         pool: Optional[List[np.ndarray]] = None, hits_k: int = 1) -> Dict[str, float]:
         """metrics.evaluate of the arrays; with ``hits`` (a list), appends to it whether each
-        row's top label is one of its labels (a bool array: the paired comparisons of
-        slide.lr_search). With ``pool`` (a list) and the network alone ranking, appends each
+        row's top label is one of its labels (a bool array), or with ``hits_k`` > 1 how many of
+        its labels its top ``hits_k`` holds (the paired comparisons of slide.lr_search at
+        ``training.monitor``). With ``pool`` (a list) and the network alone ranking, appends each
         row's best slide.centroids.POOL labels (the label term's choice on a wide layer starts
         from them) and takes the metrics' top k from them: one exact pass for both."""
         from . import metrics
@@ -172,8 +173,9 @@ class _Inference:
         Y = arrays.labels
         if Y.shape[1] != self.num_labels:   # ids were checked to be < num_labels
             Y = sp.csr_matrix((Y.data, Y.indices, Y.indptr), shape=(Y.shape[0], self.num_labels))
-        if hits is not None:   # metrics' own membership test, on the rows' top label
-            hits.append(metrics._hits(top[:, :1], metrics._as_label_matrix(Y))[:, 0] > 0)
+        if hits is not None:   # metrics' own membership test, on the rows' top label(s)
+            h = metrics._hits(top[:, :hits_k], metrics._as_label_matrix(Y))
+            hits.append(h[:, 0] > 0 if hits_k == 1 else h.sum(axis=1).astype(np.int64))
         return metrics.evaluate(top, Y, k=ks, propensities=props)
 
     def evaluate(self, data, k: Union[int, Sequence[int]] = (1, 3, 5), mode: str = "exact") -> Dict[str, float]:

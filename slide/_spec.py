@@ -17,6 +17,7 @@ _SHORTCUTS = {
     "dropout": "training.dropout",
     "patience": "training.patience",
     "restore_best": "training.restore_best",
+    "monitor": "training.monitor",
     "eval_every": "training.eval_every",
     "eval_samples": "training.eval_samples",
     "test_every": "training.test_every",

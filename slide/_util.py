@@ -11,14 +11,16 @@ __all__ = ["jsonable", "peak_rss_bytes", "format_bytes", "positive_int"]
 
 
 def clear_gain(hits: np.ndarray, base_hits: np.ndarray) -> Tuple[bool, int, int]:
-    """Whether ``hits`` (validation rows an option ranks right at P@1) beat ``base_hits`` (the
-    default's) by one standard error of the paired difference: right on b rows where the default is
-    wrong, wrong on c where it is right, b - c >= max(1, sqrt(b + c)). Returns (clear, b, c).
-    Choosing by one validation point more switches on noise; the split-half checks of
-    slide.centroids.choose and slide.lr_search measured this rule against that one."""
-    hits, base_hits = np.asarray(hits, dtype=bool), np.asarray(base_hits, dtype=bool)
-    b, c = int(np.count_nonzero(hits & ~base_hits)), int(np.count_nonzero(~hits & base_hits))
-    return b - c >= max(1.0, math.sqrt(b + c)), b, c
+    """Whether ``hits`` (per validation row: whether an option ranks it right at P@1, or at P@k
+    how many true labels its top k holds) beat ``base_hits`` (the default's) by one standard error
+    of the paired difference d = hits - base_hits: b = the sum of the positive d, c = that of the
+    negative ones, b - c >= max(1, sqrt(sum d^2)). At P@1 that is right on b rows where the
+    default is wrong, wrong on c where it is right, b - c >= max(1, sqrt(b + c)). Returns
+    (clear, b, c). Choosing by one validation point more switches on noise; the split-half
+    checks of slide.centroids.choose and slide.lr_search measured this rule against that one."""
+    d = np.asarray(hits).astype(np.int64) - np.asarray(base_hits).astype(np.int64)
+    b, c = int(d[d > 0].sum()), int(-d[d < 0].sum())
+    return b - c >= max(1.0, math.sqrt(float(np.dot(d, d)))), b, c
 
 
 def jsonable(obj: Any, nonfinite_as_none: bool = True) -> Any:

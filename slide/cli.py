@@ -265,7 +265,7 @@ def cmd_train(args) -> int:
         f"P@{k} {summary[f'P@{k}']:.4f}" for k in ks if f"P@{k}" in summary))
     sps = summary.get("samples_per_second")
     if summary.get("refit_epochs"):
-        kept = (f"epochs auto: best validation P@1 after {summary['best_epoch']} epochs, "
+        kept = (f"epochs auto: best validation {config.training.monitor} after {summary['best_epoch']} epochs, "
                 f"refit on all of train for {summary['refit_epochs']}")
         tried = summary.get("lr_search") or []
         if len(tried) > 1:

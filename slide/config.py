@@ -35,6 +35,12 @@ class ConfigError(ValueError):
     """An invalid configuration: the message names the offending key (``training.batch_size``)."""
 
 
+def monitor_k(monitor) -> Optional[int]:
+    """k of a ``training.monitor`` value ``P@k``; None for anything else."""
+    m = re.fullmatch(r"P@([1-9][0-9]*)", monitor) if isinstance(monitor, str) else None
+    return int(m.group(1)) if m else None
+
+
 def _f(default, doc, **kw):
     if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
         return field(default_factory=lambda d=default: copy.deepcopy(d), metadata={"doc": doc, **kw})
@@ -137,8 +143,8 @@ class OptimizerConfig:
 @dataclass
 class TrainingConfig:
     epochs: Union[int, str] = _f("auto", "passes over the training set, or auto: train on a held-out split of "
-                                         "train until validation P@1 stops improving, then refit on all of train "
-                                         "for the best length (see refit)", min=1, auto=True)
+                                         "train until validation P@1 (training.monitor) stops improving, then "
+                                         "refit on all of train for the best length (see refit)", min=1, auto=True)
     ensemble: Union[int, str] = _f("auto", "epochs=auto: train this many networks (training.seed, +1000, +2000, ...; "
                                            "each with its own validation split, search and refit) and merge them "
                                            "into one network that ranks by the mean of their scores (hidden layers "
@@ -174,13 +180,17 @@ class TrainingConfig:
                                                    "took to write has passed since it (checkpoints cost at most "
                                                    "about 5% of the run)", min=0, auto=True)
     checkpoint_minutes: float = _f(10.0, "also checkpoint when this many minutes passed; 0 = off", min=0.0)
-    patience: int = _f(10, "early stopping: evaluations without a better validation P@1 (and at least "
-                           "2 x optimizer.lr_decay_min_steps batches); 0 = off (used only when there is "
-                           "validation data)", min=0)
+    patience: int = _f(10, "early stopping: evaluations without a better validation P@1 (training.monitor; "
+                           "and at least 2 x optimizer.lr_decay_min_steps batches); 0 = off (used only when "
+                           "there is validation data)", min=0)
     patience_samples: int = _f(250_000, "early stopping also once this many training samples passed without a "
-                                        "better validation P@1 (at least 3 evaluations): on large data an epoch "
-                                        "is many updates and its validation split (up to 5,000 points) is "
-                                        "steady; 0 = off", min=0)
+                                        "better validation P@1 (training.monitor; at least 3 evaluations): on "
+                                        "large data an epoch is many updates and its validation split (up to "
+                                        "5,000 points) is steady; 0 = off", min=0)
+    monitor: str = _f("P@1", "the validation metric whose best the epochs=auto search, early stopping, "
+                             "restore_best, the learning-rate search and an ensemble's standardization vote "
+                             "keep: P@k with k one of eval.k (P@3 or P@5 where the ranking below the first "
+                             "label is what counts; the label-centroid weight is chosen on P@1 either way)")
     restore_best: bool = _f(True, "after training, restore the weights of the best validation evaluation "
                                   "(a copy of the weights and Adam moments is kept for it, unless epochs=auto refits)")
     shared_negatives: Union[bool, str] = _f("auto", "hash-sampled output layer: score the negatives a batch's "
@@ -346,6 +356,9 @@ class Config:
             err("optimizer.lr_search", f"expected a list of positive factors (or []), got {f}")
         if not self.eval.k or any((not isinstance(k, int)) or k < 1 for k in self.eval.k):
             err("eval.k", f"expected a list of positive integers, got {self.eval.k}")
+        if monitor_k(self.training.monitor) not in self.eval.k:
+            err("training.monitor", f"expected P@k with k one of eval.k {list(self.eval.k)}, got "
+                                    f"{self.training.monitor!r}")
         if not (0.0 <= self.data.valid_fraction < 1.0):
             err("data.valid_fraction", f"must be in [0, 1), got {self.data.valid_fraction}")
 

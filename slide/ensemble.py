@@ -151,7 +151,7 @@ def auto_networks(net, work: float) -> int:
 def _summary(net) -> Dict[str, Any]:
     w = float(net._centroid_weight or 0.0)
     return {"seed": int(net.config.training.seed), "best_epoch": net._best_epoch, "refit_epochs": net._refit_epochs,
-            "best_valid_P@1": net._best_score, "lr": float(net.config.optimizer.lr),
+            f"best_valid_{net.config.training.monitor}": net._best_score, "lr": float(net.config.optimizer.lr),
             "centroid_weight": w, "centroid_kind": net._centroid_kind if w else None,
             "ridge_lambda": net._ridge_lambda if w and net._centroid_kind == "ridge" else None,
             "standardized": net._standard is not None, "train_seconds": float(net._train_seconds)}
@@ -180,8 +180,8 @@ def _train_network(net, seed: int, train, valid, progress: bool, label: str, sta
     member._pause_before_refit = pause
     t = time.perf_counter()
     member.fit(train, epochs="auto", valid=valid, progress=progress)
-    log.info("ensemble: %s (seed %d): best validation P@1 %.4f after %s epochs, %.1f s%s", label, seed,
-             member._best_score or float("nan"), member._best_epoch, time.perf_counter() - t,
+    log.info("ensemble: %s (seed %d): best validation %s %.4f after %s epochs, %.1f s%s", label, seed,
+             cfg.training.monitor, member._best_score or float("nan"), member._best_epoch, time.perf_counter() - t,
              " (search; refit when chosen)" if pause and member._phase == "refit" else "")
     return member
 
@@ -247,8 +247,8 @@ def train_and_merge(net, count: int, train, valid, history, progress: bool = Fal
         scores = {"standardized": [float(m._best_score or 0.0) for m in [net] + members],
                   "raw": [float(m._best_score or 0.0) for m in raw]}
         chosen = "raw" if sum(scores["raw"]) > sum(scores["standardized"]) else "standardized"
-        log.info("ensemble: data.standardize auto: summed best validation P@1 %.4f standardized, %.4f "
-                 "without: %s", sum(scores["standardized"]), sum(scores["raw"]),
+        log.info("ensemble: data.standardize auto: summed best validation %s %.4f standardized, %.4f "
+                 "without: %s", net.config.training.monitor, sum(scores["standardized"]), sum(scores["raw"]),
                  "merging the networks without standardization" if chosen == "raw" else "keeping it")
         # the other side's networks are freed before the merge (their refits never trained); what
         # their training cost stays

@@ -10,7 +10,7 @@ class History:
     """What :meth:`Network.fit` measured.
 
     ``records``: one dict per evaluation (see the module doc for the keys). ``best_epoch`` /
-    ``best_step``: where the best validation P@1 was measured (the weights kept when
+    ``best_step``: where the best validation P@1 (``training.monitor``) was measured (the weights kept when
     ``training.restore_best`` is on), None without validation data. ``stopped_early``: the
     patience ran out. ``interrupted``: a KeyboardInterrupt ended the run.
     """
@@ -26,7 +26,8 @@ class History:
         self.interrupted = False
         self.refit_epochs: Optional[int] = None
         # epochs=auto on a small problem (slide.lr_search): each rate searched, the configured one
-        # first, with its best validation P@1 and epoch; empty when only the configured rate ran.
+        # first, with its best validation score ("best_valid_P@1", or the training.monitor's) and
+        # epoch; empty when only the configured rate ran.
         self.lr_search: List[Dict[str, Any]] = []
         # layers[-1].centroid_weight: the weight in use (0 = off) and, when auto chose it in
         # this fit, the validation P@1 of each weight tried (slide.centroids).
@@ -35,7 +36,8 @@ class History:
         # the label vectors centroid_weight auto chose (mean | ridge; None: the term is off)
         self.centroid_kind: Optional[str] = None
         # training.ensemble (slide.ensemble): one dict per network merged into this one (seed,
-        # best epoch, validation P@1, label term, training seconds); empty for a single network
+        # best epoch, best validation P@1 (training.monitor), label term, training seconds); empty
+        # for a single network
         self.ensemble: List[Dict[str, Any]] = []
         # an ensemble on dense input with data.standardize auto: the best validation P@1 of each
         # network standardized and not ("standardized", "raw") and the side merged ("chosen")

@@ -8,7 +8,9 @@ rate on the validation rows by one standard error of the paired difference (righ
 the configured rate's best epoch is wrong, wrong on c where it is right, b - c >= max(1, sqrt(b +
 c)): slide._util.clear_gain, the rule of the label-centroid term's choice), the network adopts the
 best such rate, its best epoch and its learning-rate trace, and the refit on all of train replays
-that. ``history.lr_search`` has each rate's best validation P@1, epoch, b and c.
+that. ``history.lr_search`` has each rate's best validation P@1, epoch, b and c. With
+``training.monitor: P@k`` the scores are P@k and b and c count, row by row, the true labels in
+each top k that one rate has more of than the other.
 
 The rule, checked on validation only (2026-12-06): on 80/20 splits of train (two per set) of
 the seven sets that get the searches, the network alone trained at 2e-3, 4e-3 and 8e-3 with its
@@ -39,6 +41,7 @@ import logging
 from typing import Any, Dict, List
 
 from ._util import clear_gain
+from .config import monitor_k
 
 log = logging.getLogger("slide")
 
@@ -94,10 +97,12 @@ def maybe_search(net, split, data) -> List[Dict[str, Any]]:
                  work, LR_SEARCH_MAX_WORK)
         return []
     base_lr = cfg.optimizer.lr
-    tried = [{"lr": base_lr, "best_valid_P@1": net._best_score, "best_epoch": net._best_epoch}]
+    key = f"best_valid_{cfg.training.monitor}"
+    tried = [{"lr": base_lr, key: net._best_score, "best_epoch": net._best_epoch}]
     base_hits = net._best_hits if net._best_hits is not None and len(net._best_hits) == data.valid.n else None
     best = None   # (lr, score, epoch, step, lr trace) of the leading other rate
-    margin = 1.0 / max(1, data.valid.n)    # at least one more validation point right
+    # at least one more validation hit (a point right at P@1; a true label in a top k at P@k)
+    margin = 1.0 / max(1, data.valid.n * monitor_k(cfg.training.monitor))
     # The search's network is done with (the refit starts a fresh one): freed first, so that one
     # network at a time holds memory (its steps stay counted in the run's total).
     net._step_offset += net.step
@@ -117,14 +122,14 @@ def maybe_search(net, split, data) -> List[Dict[str, Any]]:
             child._standard, child._standard_fixed = net._standard, True
             child.fit((split.X, split.Y), valid=(split.Xv, split.Yv), epochs="auto")
             score = child._best_score if child._best_score is not None else -1.0
-            record = {"lr": base_lr * f, "best_valid_P@1": child._best_score, "best_epoch": child._best_epoch}
+            record = {"lr": base_lr * f, key: child._best_score, "best_epoch": child._best_epoch}
             clear = True
             if base_hits is not None and child._best_hits is not None:   # the same validation rows
                 clear, b, c = clear_gain(child._best_hits, base_hits)
                 record.update({"right_where_configured_wrong": b, "wrong_where_configured_right": c})
             tried.append(record)
-            log.info("epochs=auto: lr %.3g: best validation P@1 %.4f after %s epochs", base_lr * f, score,
-                     child._best_epoch)
+            log.info("epochs=auto: lr %.3g: best validation %s %.4f after %s epochs", base_lr * f,
+                     cfg.training.monitor, score, child._best_epoch)
             lead = best[1] if best is not None else (net._best_score or 0.0)
             if clear and score >= lead + margin - 1e-12:
                 best = (base_lr * f, score, child._best_epoch, child._best_step, list(child._lr_trace),
@@ -141,6 +146,6 @@ def maybe_search(net, split, data) -> List[Dict[str, Any]]:
         net._best_score, net._best_epoch, net._best_step, net._lr_trace = best[1], best[2], best[3], best[4]
         if best[5] is not None:   # the label-centroid weight its best epoch chose (slide.centroids)
             net._best_choice = best[5]
-        log.info("epochs=auto: lr %.3g chosen on validation (P@1 %.4f against %.4f at lr %.3g)",
-                 cfg.optimizer.lr, best[1], tried[0]["best_valid_P@1"] or float("nan"), base_lr)
+        log.info("epochs=auto: lr %.3g chosen on validation (%s %.4f against %.4f at lr %.3g)",
+                 cfg.optimizer.lr, cfg.training.monitor, best[1], tried[0][key] or float("nan"), base_lr)
     return tried

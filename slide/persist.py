@@ -197,7 +197,9 @@ def _network_arrays(net, extra_meta: Optional[Dict[str, Any]] = None) -> Dict[st
     if net._label_counts is not None:
         arrays["label_counts"] = net._label_counts
     if net._best_hits is not None and net._phase == "search":
-        arrays["best_hits"] = np.asarray(net._best_hits, dtype=np.uint8)
+        # rows right at P@1 (0/1), or at training.monitor P@k each row's true labels in its top k
+        arrays["best_hits"] = np.asarray(net._best_hits, dtype=np.uint8 if net._best_hits.dtype == bool
+                                         else np.uint32)
     if net._centroids is not None and net._centroid_weight:
         C = net._centroids if sp.issparse(net._centroids) else sp.csr_matrix(net._centroids)
         for name in ("data", "indices", "indptr"):
@@ -481,9 +483,10 @@ def _restore(cls, path: str, meta: Dict[str, Any], data: Dict[str, np.ndarray], 
         net._label_counts = data.get("label_counts")
         if "best_hits" in data:
             hits = np.asarray(data["best_hits"])
-            if hits.ndim != 1 or hits.dtype != np.uint8 or (hits > 1).any():
-                raise ValueError("best_hits must be a 1-D array of 0/1 (uint8)")
-            net._best_hits = hits.astype(bool)
+            if hits.ndim != 1 or hits.dtype not in (np.uint8, np.uint32) or (hits.dtype == np.uint8
+                                                                            and (hits > 1).any()):
+                raise ValueError("best_hits must be a 1-D array of 0/1 (uint8) or of counts (uint32)")
+            net._best_hits = hits.astype(bool) if hits.dtype == np.uint8 else hits.astype(np.int64)
         # a trained network keeps what its first training data decided (files from before
         # data.standardize existed were trained on unstandardized rows)
         net._standard_fixed = net._standard is not None or net._label_counts is not None

@@ -151,3 +151,60 @@ def test_a_search_interrupted_and_resumed_compares_the_rates_as_an_uninterrupted
     np.testing.assert_array_equal(resumed._best_hits, part._best_hits)
     assert resumed.fit(train).lr_search == h.lr_search
     assert resumed.config.optimizer.lr == full.config.optimizer.lr
+
+
+# ---------------------------------------------------------------------- training.monitor
+
+def test_monitor_p3_keeps_the_epoch_of_the_best_validation_p3(data):
+    """training.monitor: P@3 — the search's best epoch, its score and the refit's length follow
+    validation P@3, and the rate search compares per-row top-3 hits."""
+    train, _ = data
+    net = auto(4e-3, [], monitor="P@3")
+    net.config.optimizer.lr_decay_min_steps = 1     # no early-best rule: every epoch can be the best
+    history = net.fit(train)
+    search = [r for r in history.records if r.get("phase") == "search"]
+    scores = [r["valid/P@3"] for r in search]
+    assert history.best_score == max(scores) != max(r["valid/P@1"] for r in search)
+    assert history.best_epoch == search[scores.index(max(scores))]["epoch"]
+    assert history.refit_epochs == int(np.ceil(history.best_epoch))
+    # the rate search: its records name the monitor, b and c count true labels in the rows' top 3
+    net = auto(4e-3, [2.0], monitor="P@3")
+    history = net.fit(train)
+    a, b = history.lr_search
+    search = [r for r in history.records if r.get("phase") == "search"]
+    assert "best_valid_P@1" not in a and a["best_valid_P@3"] == max(r["valid/P@3"] for r in search)
+    assert isinstance(b["right_where_configured_wrong"], int) and isinstance(b["wrong_where_configured_right"], int)
+    assert b["right_where_configured_wrong"] + b["wrong_where_configured_right"] > 0
+
+
+def test_monitor_hits_are_the_true_labels_in_each_rows_top_k_and_survive_a_checkpoint(data, tmp_path):
+    from slide import callbacks
+
+    train, valid = data
+    net = auto(4e-3, [], monitor="P@5")
+    net.fit(train, valid=valid, epochs="auto", callbacks=[callbacks.StopAfter(40)])
+    assert net._phase == "search" and net._best_hits.dtype == np.int64 and len(net._best_hits) == 200
+    assert net._best_hits.max() > 1 and net._best_hits.max() <= 5
+    assert net._best_hits.sum() / (5 * 200) == pytest.approx(net._best_score)
+    net.save(tmp_path / "part.npz")
+    back = Network.load(tmp_path / "part.npz")
+    np.testing.assert_array_equal(back._best_hits, net._best_hits)
+    assert back.config.training.monitor == "P@5"
+
+
+@pytest.mark.parametrize("monitor", ["P@2", "nDCG@5", "p@1", "P@0", 1])
+def test_a_monitor_outside_eval_k_is_refused_by_name(monitor):
+    with pytest.raises(ConfigError, match=r"training\.monitor"):
+        auto(4e-3, [], monitor=monitor)
+
+
+def test_clear_gain_on_counts_is_the_paired_rule_on_rows():
+    from slide._util import clear_gain
+
+    base = np.array([1, 0, 1, 0, 1, 0], dtype=bool)
+    other = np.array([1, 1, 1, 1, 0, 0], dtype=bool)
+    assert clear_gain(other, base) == (False, 2, 1)          # 2 - 1 < sqrt(3)
+    assert clear_gain(other.astype(np.int64), base.astype(np.int64)) == (False, 2, 1)
+    # top-3 hits: +2, +2, +1 on three rows, -1 on one: 5 - 1 = 4 >= sqrt(4 + 4 + 1 + 1)
+    assert clear_gain(np.array([3, 2, 1, 0]), np.array([1, 0, 0, 1])) == (True, 5, 1)
+    assert clear_gain(np.array([3, 0, 0, 0]), np.array([0, 1, 0, 0])) == (False, 3, 1)  # 2 < sqrt(9 + 1)
