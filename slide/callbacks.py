@@ -69,7 +69,7 @@ class ProgressBar(Callback):
         self.disable = disable
         self.log_every = log_every
         self._bar = None
-        self._lines = None        # line mode: [samples, total, phase start, last line written, written at the total]
+        self._lines: Optional[_Lines] = None    # line mode (a file that is not a terminal)
         self._phase: Optional[str] = None
         self._loss: Optional[float] = None
         self._last_p1: Optional[float] = None
@@ -81,7 +81,7 @@ class ProgressBar(Callback):
         total = getattr(net, "_progress_total_samples", None) or None
         self._loss = None
         if not self.disable and self.file is not None and not _is_terminal(self.file):
-            self._lines = [0, total, time.perf_counter(), time.perf_counter(), False]
+            self._lines = _Lines(total)
             return
         from tqdm.auto import tqdm
 
@@ -101,21 +101,22 @@ class ProgressBar(Callback):
     def _write_line(self) -> None:
         from tqdm import tqdm
 
-        n, total, start = self._lines[:3]
+        lines = self._lines
         now = time.perf_counter()
-        meter = tqdm.format_meter(n, total, now - start, ncols=0, unit=" samples", unit_scale=True,
+        meter = tqdm.format_meter(lines.samples, lines.total, now - lines.start, ncols=0, unit=" samples",
+                                  unit_scale=True,
                                   postfix=", ".join(f"{k}={v}" for k, v in self._postfix().items()) or None)
         print(f"{self._desc() or 'train'}: {meter.strip()}", file=self.file, flush=True)
-        self._lines[3] = now
+        lines.written = now
 
     def _new_phase(self, net) -> None:
         """The search ended and the refit starts: the counter starts again, with the refit's total."""
         total = getattr(net, "_progress_total_samples", None) or None
         if self._lines is not None:
-            if not self._lines[4]:
+            if not self._lines.at_total:
                 self._write_line()                   # where the phase that ended stood
             self._phase = getattr(net, "_phase", None)
-            self._lines = [0, total, time.perf_counter(), time.perf_counter(), False]
+            self._lines = _Lines(total)
         else:
             self._phase = getattr(net, "_phase", None)
             self._bar.reset(total=total)
@@ -129,12 +130,13 @@ class ProgressBar(Callback):
         self._loss = loss if self._loss is None else 0.98 * self._loss + 0.02 * loss
         self._epoch = net.epoch + 1      # the epoch this batch belongs to
         samples = int(getattr(net, "_last_batch_size", 0)) or net.config.training.batch_size
-        if self._lines is not None:
-            self._lines[0] += samples
-            done = self._lines[1] is not None and self._lines[0] >= self._lines[1]
-            if not self._lines[4] and (done or time.perf_counter() - self._lines[3] >= self.log_every):
+        lines = self._lines
+        if lines is not None:
+            lines.samples += samples
+            done = lines.total is not None and lines.samples >= lines.total
+            if not lines.at_total and (done or time.perf_counter() - lines.written >= self.log_every):
                 self._write_line()   # at the total at once: an ensemble trains more networks after it
-                self._lines[4] = done
+                lines.at_total = done
             return
         self._bar.update(samples)
         if step % 10 == 0:
@@ -146,7 +148,7 @@ class ProgressBar(Callback):
 
     def on_train_end(self, net, history) -> None:
         if self._lines is not None:
-            if not self._lines[4]:
+            if not self._lines.at_total:
                 self._write_line()
             self._lines = None
         if self._bar is not None:
@@ -159,6 +161,17 @@ class ProgressBar(Callback):
             self._bar.write(line, file=file or sys.stdout)
         else:
             print(line, file=file or sys.stdout, flush=True)
+
+
+class _Lines:
+    """ProgressBar's line mode, for one phase: samples so far of ``total`` (None: not known),
+    when the phase started and the last line was written, and whether the line at the total
+    was written."""
+
+    def __init__(self, total: Optional[int]):
+        self.samples, self.total = 0, total
+        self.start = self.written = time.perf_counter()
+        self.at_total = False
 
 
 def _is_terminal(file) -> bool:
