@@ -96,16 +96,25 @@ def _build(name: str, source_paths, folder: Path) -> None:
         _save(folder / "test.txt", F[keep[1053:4053]], Y[keep[1053:4053]])
         _save(folder / "train.txt", F[keep[:1053]], Y[keep[:1053]])
     elif name == "densercv":
-        from scipy.sparse.linalg import svds
-
-        Xtr = tr.features.tocsr().astype(np.float64)
-        _, _, vt = svds(Xtr, k=120, random_state=0)          # fitted on the training rows
+        Xtr = tr.features.tocsr()
+        vt = _svd_basis(Xtr)                                  # fitted on the training rows
         rows = np.sort(np.random.default_rng(0).permutation(Xtr.shape[0])[:2000])
-        _save(folder / "test.txt", sp.csr_matrix(np.asarray(te.features.astype(np.float64) @ vt.T)),
-              te.labels.tocsr())
-        _save(folder / "train.txt", sp.csr_matrix(np.asarray(Xtr[rows] @ vt.T)), tr.labels.tocsr()[rows])
+        _save(folder / "test.txt", _project(te.features, vt), te.labels.tocsr())
+        _save(folder / "train.txt", _project(Xtr[rows], vt), tr.labels.tocsr()[rows])
     else:
         raise ValueError(f"unknown derived set {name!r}; known: {', '.join(DERIVED + GENERATED)}")
+
+
+def _svd_basis(X: sp.csr_matrix, k: int = 120) -> np.ndarray:
+    """The top ``k`` right singular vectors of ``X`` (k x features), as densercv's rows use."""
+    from scipy.sparse.linalg import svds
+
+    return svds(X.astype(np.float64), k=k, random_state=0)[2]
+
+
+def _project(X: sp.csr_matrix, vt: np.ndarray) -> sp.csr_matrix:
+    """Rows of ``X`` on the basis ``vt``: dense real-valued features, stored as CSR."""
+    return sp.csr_matrix(np.asarray(X.astype(np.float64) @ vt.T))
 
 
 def _generate(name: str, folder: Path) -> None:
@@ -115,12 +124,9 @@ def _generate(name: str, folder: Path) -> None:
         xtr, ytr, xte, yte = make_synthetic_arrays(seed=3, num_features=5000, num_labels=3993, num_train=15539,
                                                    num_test=3809, avg_labels=5.3, avg_nnz=236)
     else:
-        from scipy.sparse.linalg import svds
-
         xtr, ytr, xte, yte = make_synthetic_arrays(seed=4, num_features=3000, num_labels=101, num_train=30993,
                                                    num_test=12914, avg_labels=4.4, avg_nnz=60)
-        _, _, vt = svds(xtr.astype(np.float64), k=120, random_state=0)   # fitted on the training rows
-        xtr = sp.csr_matrix(np.asarray(xtr.astype(np.float64) @ vt.T))
-        xte = sp.csr_matrix(np.asarray(xte.astype(np.float64) @ vt.T))
+        vt = _svd_basis(xtr)                                  # fitted on the training rows
+        xtr, xte = _project(xtr, vt), _project(xte, vt)
     _save(folder / "test.txt", xte, yte)
     _save(folder / "train.txt", xtr, ytr)

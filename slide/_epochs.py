@@ -154,7 +154,7 @@ class _EpochLoop:
         if self._centroid_weight:   # the refit's label centroids: all of train's
             self._build_centroids(data.full)
         self._phase = "refit"
-        self._progress_total_samples = self._refit_epochs * data.full.n
+        self._progress_total_samples = self._remaining_samples(data.full, self._refit_epochs)
         self.stop_training = False
         log.info("epochs=auto: best validation %s %.4f after %s epochs; refitting on all %d "
                  "training points", self.config.training.monitor, self._best_score or float("nan"), best,

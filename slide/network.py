@@ -404,8 +404,8 @@ class Network(_EpochLoop, _LabelTerm, _Inference):
         ``data.valid_fraction`` of train, else 20% of train up to 5,000 points), evaluating it
         after every epoch; the learning rate is multiplied by ``optimizer.lr_plateau`` whenever
         validation P@1 (``training.monitor``: P@k) has not improved for ``lr_plateau_patience``
-        evaluations, and the search
-        stops after ``training.patience`` evaluations without improvement (or at
+        evaluations, and the search stops after ``training.patience`` evaluations without
+        improvement (or at
         ``max_epochs`` / half of ``time_budget``); a best measured before
         ``optimizer.lr_decay_min_steps`` steps gives way to the first evaluation after them (an
         early peak of a network that ranks frequent labels first). Then, when the split came out of train and
